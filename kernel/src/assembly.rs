@@ -1,0 +1,100 @@
+//! Assembly: naming actors, wiring their addresses, then freezing the topology.
+//!
+//! Actors usually need each other's addresses before they can be built (a client needs its
+//! router's, the router its engines'), so assembly has two steps: [`Assembly::declare`] hands out
+//! an [`ActorId`] for a name, and [`Assembly::install`] later puts the actor behind it.
+//! [`Assembly::build`] checks every name has an actor and freezes the topology: nothing can be
+//! added once the run starts.
+
+use crate::actor::{Actor, ActorId};
+use crate::coordinator::Simulation;
+use crate::error::AssemblyError;
+use crate::host::HostKind;
+use crate::message::Message;
+
+/// The default bound on rounds at one simulated time.
+pub const DEFAULT_MAX_ROUNDS_PER_INSTANT: u32 = 10_000;
+
+/// A simulation being put together.
+pub struct Assembly<M: Message> {
+    names: Vec<String>,
+    actors: Vec<Option<Box<dyn Actor<M>>>>,
+    max_rounds: u32,
+}
+
+impl<M: Message> Default for Assembly<M> {
+    fn default() -> Self {
+        Assembly { names: Vec::new(), actors: Vec::new(), max_rounds: DEFAULT_MAX_ROUNDS_PER_INSTANT }
+    }
+}
+
+impl<M: Message> Assembly<M> {
+    /// An empty assembly.
+    pub fn new() -> Assembly<M> {
+        Assembly::default()
+    }
+
+    /// Reserve an address for the actor called `name` (unique, non-empty).
+    pub fn declare(&mut self, name: impl Into<String>) -> Result<ActorId, AssemblyError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(AssemblyError::EmptyName);
+        }
+        if self.names.contains(&name) {
+            return Err(AssemblyError::DuplicateName(name));
+        }
+        let id = u32::try_from(self.names.len())
+            .ok()
+            .filter(|&i| i < u32::MAX)
+            .ok_or(AssemblyError::TooManyActors)?;
+        self.names.push(name);
+        self.actors.push(None);
+        Ok(ActorId(id))
+    }
+
+    /// Put `actor` behind an address from [`Assembly::declare`].
+    pub fn install(&mut self, id: ActorId, actor: impl Actor<M>) -> Result<(), AssemblyError> {
+        self.install_boxed(id, Box::new(actor))
+    }
+
+    /// [`Assembly::install`] for an already boxed actor.
+    pub fn install_boxed(&mut self, id: ActorId, actor: Box<dyn Actor<M>>) -> Result<(), AssemblyError> {
+        let slot = self.actors.get_mut(id.index()).ok_or(AssemblyError::UnknownActor(id))?;
+        if slot.is_some() {
+            return Err(AssemblyError::AlreadyInstalled(self.names[id.index()].clone()));
+        }
+        *slot = Some(actor);
+        Ok(())
+    }
+
+    /// Declare and install in one step.
+    pub fn add(&mut self, name: impl Into<String>, actor: impl Actor<M>) -> Result<ActorId, AssemblyError> {
+        let id = self.declare(name)?;
+        self.install(id, actor)?;
+        Ok(id)
+    }
+
+    /// The name given to `id`.
+    pub fn name(&self, id: ActorId) -> Option<&str> {
+        self.names.get(id.index()).map(String::as_str)
+    }
+
+    /// Bound the number of rounds at one simulated time (default
+    /// [`DEFAULT_MAX_ROUNDS_PER_INSTANT`]); a run that exceeds it fails naming the actors.
+    pub fn max_rounds_per_instant(&mut self, bound: u32) -> Result<(), AssemblyError> {
+        if bound == 0 {
+            return Err(AssemblyError::ZeroRoundBound);
+        }
+        self.max_rounds = bound;
+        Ok(())
+    }
+
+    /// Freeze the topology and start a simulation at time zero on the given host.
+    pub fn build(self, host: HostKind) -> Result<Simulation<M>, AssemblyError> {
+        let mut actors = Vec::with_capacity(self.actors.len());
+        for (name, actor) in self.names.iter().zip(self.actors) {
+            actors.push(actor.ok_or_else(|| AssemblyError::NotInstalled(name.clone()))?);
+        }
+        Ok(Simulation::start(self.names, actors, self.max_rounds, host))
+    }
+}

@@ -1,0 +1,431 @@
+//! The coordinator: owns simulated time and runs the DEVS rounds.
+//!
+//! At the earliest pending super-dense instant `(t, r)` one round runs:
+//!
+//! 1. **Output.** Each *imminent* actor (its time advance expires at `(t, r)`) runs
+//!    [`Actor::output`](crate::Actor::output).
+//! 2. **Delivery.** The messages due at `(t, r)` are gathered into per-receiver bags, each
+//!    sorted by [`OrderKey`] `(time, class, sender, send_count)`.
+//! 3. **Transition.** Each actor that is imminent or has a bag makes exactly one transition —
+//!    internal, external (with the elapsed time) or confluent — and reports its new time
+//!    advance.
+//!
+//! Steps 1–3 happen inside one call per affected actor (the hosts' `perform`), because nothing
+//! emitted in a round is delivered in that round: a message emitted with zero delay in round `r`
+//! arrives in round `r + 1` of the same time, one with delay `d > 0` in round 0 of `t + d`. A
+//! time advance of zero (a transient state) makes the actor imminent in round `r + 1`. Rounds
+//! at one time are bounded; exceeding the bound fails with the names of the actors involved.
+//! Affected actors are processed, and observers told, in the order of their name ranks.
+
+use std::any::Any;
+
+use crate::actor::{Actor, ActorId, Context, Outbox, TimeAdvance};
+use crate::agenda::{Agenda, MessageQueue, Pending, QueueKey};
+use crate::error::KernelError;
+use crate::host::{Host, HostKind, Work};
+use crate::message::{Envelope, Message, OrderKey, SenderOrder};
+use crate::observer::{Description, Observer, TransitionKind, TransitionRecord};
+use crate::time::{Instant, SimTime};
+
+/// Why a run stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Nothing is pending: every actor is passive and no message is in flight.
+    Quiescent {
+        /// The time of the last round.
+        at: SimTime,
+    },
+    /// The next event lies beyond the horizon; it and everything after it did not happen.
+    Horizon {
+        /// The horizon.
+        at: SimTime,
+    },
+    /// An actor asked to stop.
+    Halted {
+        /// When.
+        at: SimTime,
+        /// Which actor.
+        actor: String,
+        /// Its reason.
+        reason: String,
+    },
+}
+
+/// Counts of what a run did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Transitions made (one per affected actor per round).
+    pub transitions: u64,
+    /// Messages delivered.
+    pub messages: u64,
+}
+
+const IMMINENT: u8 = 1;
+const HAS_BAG: u8 = 2;
+
+/// Per-actor bookkeeping the coordinator keeps outside the actor.
+struct Bookkeeping<M> {
+    name: String,
+    rank: u32,
+    last_transition: SimTime,
+    send_count: u64,
+    flags: u8,
+    bag: Vec<Envelope<M>>,
+    outbox: Outbox<M>,
+    description: Option<Description>,
+}
+
+/// A running simulation; built by [`crate::Assembly::build`].
+pub struct Simulation<M: Message> {
+    book: Vec<Bookkeeping<M>>,
+    agenda: Agenda,
+    queue: MessageQueue<M>,
+    host: Host<M>,
+    observers: Vec<Box<dyn Observer<M>>>,
+    describe: bool,
+    now: Instant,
+    max_rounds: u32,
+    affected: Vec<(u32, ActorId)>,
+    works: Vec<Work<M>>,
+    stats: RunStats,
+    halted: Option<(String, String)>,
+}
+
+/// A finished simulation: its actors and observers handed back for their results.
+pub struct Finished<M: Message> {
+    /// Each actor with its name, in assembly order.
+    pub actors: Vec<(String, Box<dyn Actor<M>>)>,
+    /// The observers, in the order they were attached.
+    pub observers: Vec<Box<dyn Observer<M>>>,
+    /// The time of the last round.
+    pub now: SimTime,
+    /// What the run did.
+    pub stats: RunStats,
+}
+
+impl<M: Message> Finished<M> {
+    /// Take the actor at `id` back as its concrete type, if it has that type.
+    pub fn take_actor<T: Actor<M>>(&mut self, id: ActorId) -> Option<T> {
+        let (_, slot) = self.actors.get_mut(id.index())?;
+        if !(slot.as_ref() as &dyn Any).is::<T>() {
+            return None;
+        }
+        let placeholder: Box<dyn Actor<M>> = Box::new(Taken);
+        let actor: Box<dyn Actor<M>> = std::mem::replace(slot, placeholder);
+        let actor: Box<dyn Any> = actor;
+        actor.downcast::<T>().ok().map(|b| *b)
+    }
+
+    /// Take the observer at `index` back as its concrete type, if it has that type.
+    pub fn take_observer<T: Observer<M>>(&mut self, index: usize) -> Option<T> {
+        let slot = self.observers.get_mut(index)?;
+        if !(slot.as_ref() as &dyn Any).is::<T>() {
+            return None;
+        }
+        let placeholder: Box<dyn Observer<M>> = Box::new(Taken);
+        let observer: Box<dyn Observer<M>> = std::mem::replace(slot, placeholder);
+        let observer: Box<dyn Any> = observer;
+        observer.downcast::<T>().ok().map(|b| *b)
+    }
+}
+
+/// What is left in a slot after its actor or observer was taken back.
+struct Taken;
+
+impl<M: Message> Actor<M> for Taken {
+    fn time_advance(&self) -> TimeAdvance {
+        TimeAdvance::Passive
+    }
+
+    fn transition(&mut self, _: &Context, _: crate::Event<'_, M>, _: &mut Outbox<M>) {}
+}
+
+impl<M: 'static> Observer<M> for Taken {}
+
+impl<M: Message> Simulation<M> {
+    pub(crate) fn start(
+        names: Vec<String>,
+        actors: Vec<Box<dyn Actor<M>>>,
+        max_rounds: u32,
+        host: HostKind,
+    ) -> Simulation<M> {
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        order.sort_by(|&a, &b| names[a].cmp(&names[b]));
+        let mut ranks = vec![0u32; names.len()];
+        for (rank, &index) in order.iter().enumerate() {
+            ranks[index] = rank as u32;
+        }
+        let mut agenda = Agenda::new(&ranks);
+        for (index, actor) in actors.iter().enumerate() {
+            let first = match actor.time_advance() {
+                TimeAdvance::Passive => None,
+                TimeAdvance::After(d) => SimTime::ZERO.checked_add(d).map(Instant::at),
+            };
+            agenda.set(ActorId(index as u32), first);
+        }
+        let book = names
+            .into_iter()
+            .zip(ranks)
+            .map(|(name, rank)| Bookkeeping {
+                name,
+                rank,
+                last_transition: SimTime::ZERO,
+                send_count: 0,
+                flags: 0,
+                bag: Vec::new(),
+                outbox: Outbox::default(),
+                description: None,
+            })
+            .collect();
+        Simulation {
+            book,
+            agenda,
+            queue: MessageQueue::default(),
+            host: Host::new(host, actors),
+            observers: Vec::new(),
+            describe: false,
+            now: Instant::default(),
+            max_rounds,
+            affected: Vec::new(),
+            works: Vec::new(),
+            stats: RunStats::default(),
+            halted: None,
+        }
+    }
+
+    /// Attach an observer; it sees everything from the next round on.
+    pub fn observe(&mut self, observer: impl Observer<M> + 'static) {
+        self.describe |= observer.wants_descriptions();
+        self.observers.push(Box::new(observer));
+    }
+
+    /// The instant of the last round run (round 0 of time 0 before any).
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// What the run did so far.
+    pub fn stats(&self) -> RunStats {
+        self.stats
+    }
+
+    /// The name given to `id` at assembly.
+    pub fn name(&self, id: ActorId) -> Option<&str> {
+        self.book.get(id.index()).map(|b| b.name.as_str())
+    }
+
+    /// How many messages are sent but not yet delivered.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// When `id`'s next internal event is scheduled, if it has one.
+    pub fn next_internal(&self, id: ActorId) -> Option<Instant> {
+        self.agenda.get(id)
+    }
+
+    /// The earliest pending instant, if anything is pending.
+    pub fn next_instant(&self) -> Option<Instant> {
+        match (self.agenda.peek(), self.queue.peek()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Run every round up to and including simulated time `horizon`.
+    pub fn run_until(&mut self, horizon: SimTime) -> Result<RunEnd, KernelError> {
+        loop {
+            let Some(next) = self.next_instant() else {
+                return Ok(RunEnd::Quiescent { at: self.now.time });
+            };
+            if next.time > horizon {
+                return Ok(RunEnd::Horizon { at: horizon });
+            }
+            self.round(next)?;
+            if let Some((actor, reason)) = self.halted.take() {
+                return Ok(RunEnd::Halted { at: self.now.time, actor, reason });
+            }
+        }
+    }
+
+    /// Run until nothing is pending or an actor halts.
+    pub fn run(&mut self) -> Result<RunEnd, KernelError> {
+        self.run_until(SimTime::MAX)
+    }
+
+    /// Run exactly one round, if anything is pending; returns its instant.
+    pub fn step(&mut self) -> Result<Option<Instant>, KernelError> {
+        let Some(next) = self.next_instant() else { return Ok(None) };
+        self.round(next)?;
+        Ok(Some(next))
+    }
+
+    /// Hand back the actors and observers for their results.
+    pub fn finish(self) -> Finished<M> {
+        let names = self.book.into_iter().map(|b| b.name);
+        Finished {
+            actors: names.zip(self.host.into_actors()).collect(),
+            observers: self.observers,
+            now: self.now.time,
+            stats: self.stats,
+        }
+    }
+
+    fn round(&mut self, at: Instant) -> Result<(), KernelError> {
+        self.gather(at);
+        if at.round >= self.max_rounds {
+            let mut actors: Vec<String> =
+                self.affected.iter().map(|&(_, id)| self.book[id.index()].name.clone()).collect();
+            actors.sort();
+            return Err(KernelError::RoundLimit { time: at.time, bound: self.max_rounds, actors });
+        }
+        self.now = at;
+        self.stats.rounds += 1;
+        for &(_, id) in &self.affected {
+            let book = &mut self.book[id.index()];
+            let imminent = book.flags & IMMINENT != 0;
+            book.flags = 0;
+            let description = if self.describe {
+                Some(book.description.take().unwrap_or_default())
+            } else {
+                None
+            };
+            self.works.push(Work {
+                actor: id,
+                bag_len: book.bag.len(),
+                ctx: Context { now: at, elapsed: at.time.saturating_since(book.last_transition) },
+                imminent,
+                bag: std::mem::take(&mut book.bag),
+                outbox: std::mem::take(&mut book.outbox),
+                next: TimeAdvance::Passive,
+                description,
+            });
+        }
+        self.affected.clear();
+        if !self.observers.is_empty() {
+            for work in &self.works {
+                for envelope in &work.bag {
+                    for observer in &mut self.observers {
+                        observer.on_delivery(envelope);
+                    }
+                }
+            }
+        }
+        self.stats.transitions += self.works.len() as u64;
+        self.stats.messages += self.works.iter().map(|w| w.bag_len as u64).sum::<u64>();
+        self.host.run_round(&mut self.works);
+        let mut works = std::mem::take(&mut self.works);
+        let mut outcome = Ok(());
+        for mut work in works.drain(..) {
+            if outcome.is_ok() {
+                outcome = self.settle(at, &mut work);
+            }
+            let book = &mut self.book[work.actor.index()];
+            work.bag.clear();
+            work.outbox.messages.clear();
+            book.bag = work.bag;
+            book.outbox = work.outbox;
+            book.description = work.description;
+        }
+        self.works = works;
+        outcome
+    }
+
+    /// Collect the imminent actors and the bags due at `at` into `affected`, in rank order.
+    fn gather(&mut self, at: Instant) {
+        while let Some(id) = self.agenda.pop_at(at) {
+            let book = &mut self.book[id.index()];
+            book.flags |= IMMINENT;
+            self.affected.push((book.rank, id));
+        }
+        while let Some(pending) = self.queue.pop_at(at) {
+            let book = &mut self.book[pending.to.index()];
+            if book.flags == 0 {
+                self.affected.push((book.rank, pending.to));
+            }
+            book.flags |= HAS_BAG;
+            book.bag.push(Envelope {
+                key: OrderKey {
+                    time: at.time,
+                    class: pending.key.class,
+                    sender: pending.key.sender,
+                    send_count: pending.key.send_count,
+                },
+                round: at.round,
+                sent_at: pending.sent_at,
+                sender: pending.sender,
+                to: pending.to,
+                payload: pending.payload,
+            });
+        }
+        self.affected.sort_unstable_by_key(|&(rank, _)| rank);
+    }
+
+    /// Stamp and queue what one actor emitted, schedule its next internal event, tell observers.
+    fn settle(&mut self, at: Instant, work: &mut Work<M>) -> Result<(), KernelError> {
+        let id = work.actor;
+        let emitted = work.outbox.messages.len();
+        let (sender_rank, name_index) = (self.book[id.index()].rank, id.index());
+        for outgoing in work.outbox.messages.drain(..) {
+            let Some(receiver) = self.book.get(outgoing.to.index()) else {
+                return Err(KernelError::UnknownReceiver {
+                    sender: self.book[name_index].name.clone(),
+                    to: outgoing.to,
+                });
+            };
+            let Some(deliver_at) = at.after(outgoing.delay) else {
+                return Err(KernelError::TimeOverflow { actor: self.book[name_index].name.clone() });
+            };
+            let key = QueueKey {
+                at: deliver_at,
+                receiver: receiver.rank,
+                class: outgoing.payload.class(),
+                sender: SenderOrder(sender_rank),
+                send_count: self.book[name_index].send_count,
+            };
+            self.book[name_index].send_count += 1;
+            self.queue.push(Pending { key, sent_at: at, sender: id, to: outgoing.to, payload: outgoing.payload });
+        }
+        let book = &mut self.book[name_index];
+        let elapsed = at.time.saturating_since(book.last_transition);
+        book.last_transition = at.time;
+        let next = match work.next {
+            TimeAdvance::Passive => None,
+            TimeAdvance::After(d) => match at.after(d) {
+                Some(next) => Some(next),
+                None => return Err(KernelError::TimeOverflow { actor: book.name.clone() }),
+            },
+        };
+        self.agenda.set(id, next);
+        if let Some(reason) = work.outbox.halt.take()
+            && self.halted.is_none()
+        {
+            self.halted = Some((book.name.clone(), reason));
+        }
+        if !self.observers.is_empty() {
+            let bag_len = work.bag_len;
+            let kind = match (work.imminent, bag_len > 0) {
+                (true, false) => TransitionKind::Internal,
+                (false, _) => TransitionKind::External,
+                (true, true) => TransitionKind::Confluent,
+            };
+            let record = TransitionRecord {
+                now: at,
+                actor: id,
+                name: &book.name,
+                kind,
+                elapsed,
+                bag_len,
+                emitted,
+                next_internal: next,
+                description: work.description.as_ref(),
+            };
+            for observer in &mut self.observers {
+                observer.on_transition(&record);
+            }
+        }
+        Ok(())
+    }
+}
