@@ -2,26 +2,37 @@
 //!
 //! - [`Agenda`]: each actor's next internal event, an indexed binary min-heap with one entry per
 //!   actor at most, so rescheduling is `O(log actors)` and leaves nothing stale behind.
-//! - [`MessageQueue`]: messages not yet delivered, a binary min-heap of small keys ordered by
-//!   `(instant, receiver rank, class, sender rank, send_count)`, with the payloads kept aside in
-//!   a slab so heap moves stay cheap. Popping everything due at one instant yields the bags
-//!   receiver by receiver, each already sorted by [`crate::OrderKey`].
-
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+//! - [`MessageQueue`]: messages not yet delivered. Messages with a positive delay are always due
+//!   in round 0 of their time; they wait in a slab, indexed by a monotone radix heap on their
+//!   delivery time. Zero-delay messages are all due in the very next round, so they skip the heap
+//!   and wait in a plain vector, sorted once when that round starts. Either way, draining
+//!   everything due at one instant yields the bags receiver by receiver, each sorted by
+//!   [`crate::OrderKey`].
 
 use crate::actor::ActorId;
-use crate::message::{MessageClass, SenderOrder};
-use crate::time::Instant;
+use crate::message::{Envelope, MessageClass, SenderOrder};
+use crate::radix::RadixQueue;
+use crate::time::{Instant, SimTime};
 
 const ABSENT: u32 = u32::MAX;
+
+/// `(instant, rank)` packed into one integer with the same order.
+fn agenda_key(at: Instant, rank: u32) -> u128 {
+    (u128::from(at.time.as_micros()) << 64) | (u128::from(at.round) << 32) | u128::from(rank)
+}
+
+fn agenda_instant(key: u128) -> Instant {
+    Instant { time: SimTime::from_micros((key >> 64) as u64), round: (key >> 32) as u32 }
+}
 
 /// Next internal event per actor, ordered by `(instant, rank)`.
 #[derive(Debug, Default)]
 pub(crate) struct Agenda {
-    heap: Vec<u32>,
+    /// Binary min-heap of (packed key, actor).
+    heap: Vec<(u128, u32)>,
+    /// Each actor's index in `heap`, or `ABSENT`.
     position: Vec<u32>,
-    key: Vec<(Instant, u32)>,
+    rank: Vec<u32>,
 }
 
 impl Agenda {
@@ -30,159 +41,192 @@ impl Agenda {
         Agenda {
             heap: Vec::with_capacity(ranks.len()),
             position: vec![ABSENT; ranks.len()],
-            key: ranks.iter().map(|&r| (Instant::default(), r)).collect(),
+            rank: ranks.to_vec(),
         }
     }
 
     /// The earliest scheduled instant.
     pub(crate) fn peek(&self) -> Option<Instant> {
-        self.heap.first().map(|&a| self.key[a as usize].0)
+        self.heap.first().map(|&(key, _)| agenda_instant(key))
     }
 
     /// The scheduled instant of `actor`, if any.
     pub(crate) fn get(&self, actor: ActorId) -> Option<Instant> {
-        (self.position[actor.index()] != ABSENT).then(|| self.key[actor.index()].0)
+        let i = self.position[actor.index()];
+        (i != ABSENT).then(|| agenda_instant(self.heap[i as usize].0))
     }
 
-    /// Remove and return the earliest actor if it is scheduled exactly at `at`.
-    pub(crate) fn pop_at(&mut self, at: Instant) -> Option<ActorId> {
-        let &top = self.heap.first()?;
-        if self.key[top as usize].0 != at {
-            return None;
+    /// Visit every actor scheduled exactly at `at`, leaving them scheduled: the caller
+    /// reschedules each one with [`Agenda::set`], which costs one sift instead of a removal and
+    /// a reinsertion. Visits in heap order; the caller sorts.
+    pub(crate) fn for_each_at(&self, at: Instant, mut visit: impl FnMut(ActorId)) {
+        // Every entry due at `at` has only ancestors due at `at` (the heap property, with `at`
+        // the minimum), so a walk from the root that stops at later entries finds them all. The
+        // walk's stack never holds more than the heap's height plus one entries.
+        let due = |i: usize| self.heap.get(i).is_some_and(|&(key, _)| agenda_instant(key) == at);
+        if !due(0) {
+            return;
         }
-        self.remove(top);
-        Some(ActorId(top))
+        visit(ActorId(self.heap[0].1));
+        if !due(1) && !due(2) {
+            return;
+        }
+        let mut stack = Vec::with_capacity(8);
+        stack.extend([1, 2].into_iter().filter(|&i| due(i)));
+        while let Some(i) = stack.pop() {
+            visit(ActorId(self.heap[i].1));
+            stack.extend([2 * i + 1, 2 * i + 2].into_iter().filter(|&c| due(c)));
+        }
     }
 
     /// Schedule `actor` at `at`, or unschedule it with `None`.
     pub(crate) fn set(&mut self, actor: ActorId, at: Option<Instant>) {
-        let a = actor.0;
-        match (self.position[a as usize] != ABSENT, at) {
+        let a = actor.index();
+        let i = self.position[a];
+        match (i != ABSENT, at) {
             (false, None) => {}
-            (true, None) => self.remove(a),
+            (true, None) => self.remove(i as usize),
             (false, Some(at)) => {
-                self.key[a as usize].0 = at;
                 let i = self.heap.len();
-                self.heap.push(a);
-                self.position[a as usize] = i as u32;
+                self.heap.push((agenda_key(at, self.rank[a]), actor.0));
+                self.position[a] = i as u32;
                 self.sift_up(i);
             }
             (true, Some(at)) => {
-                let old = self.key[a as usize].0;
-                self.key[a as usize].0 = at;
-                let i = self.position[a as usize] as usize;
-                if at < old {
+                let i = i as usize;
+                let old = self.heap[i].0;
+                let new = agenda_key(at, self.rank[a]);
+                self.heap[i].0 = new;
+                if new < old {
                     self.sift_up(i);
-                } else {
+                } else if new > old {
                     self.sift_down(i);
                 }
             }
         }
     }
 
-    fn remove(&mut self, a: u32) {
-        let i = self.position[a as usize] as usize;
-        let last = self.heap.len() - 1;
-        self.swap(i, last);
-        self.heap.pop();
-        self.position[a as usize] = ABSENT;
+    fn remove(&mut self, i: usize) {
+        let removed = self.heap.swap_remove(i).1;
+        self.position[removed as usize] = ABSENT;
         if i < self.heap.len() {
+            self.position[self.heap[i].1 as usize] = i as u32;
             self.sift_down(i);
             self.sift_up(i);
         }
     }
 
-    fn less(&self, i: usize, j: usize) -> bool {
-        self.key[self.heap[i] as usize] < self.key[self.heap[j] as usize]
-    }
-
-    fn swap(&mut self, i: usize, j: usize) {
-        self.heap.swap(i, j);
-        self.position[self.heap[i] as usize] = i as u32;
-        self.position[self.heap[j] as usize] = j as u32;
-    }
-
     fn sift_up(&mut self, mut i: usize) {
+        let entry = self.heap[i];
         while i > 0 {
             let parent = (i - 1) / 2;
-            if !self.less(i, parent) {
+            if self.heap[parent].0 <= entry.0 {
                 break;
             }
-            self.swap(i, parent);
+            self.heap[i] = self.heap[parent];
+            self.position[self.heap[i].1 as usize] = i as u32;
             i = parent;
         }
+        self.heap[i] = entry;
+        self.position[entry.1 as usize] = i as u32;
     }
 
     fn sift_down(&mut self, mut i: usize) {
+        let entry = self.heap[i];
+        let len = self.heap.len();
         loop {
             let left = 2 * i + 1;
-            if left >= self.heap.len() {
+            if left >= len {
                 break;
             }
             let right = left + 1;
-            let child = if right < self.heap.len() && self.less(right, left) { right } else { left };
-            if !self.less(child, i) {
+            let child = if right < len && self.heap[right].0 < self.heap[left].0 { right } else { left };
+            if self.heap[child].0 >= entry.0 {
                 break;
             }
-            self.swap(i, child);
+            self.heap[i] = self.heap[child];
+            self.position[self.heap[i].1 as usize] = i as u32;
             i = child;
         }
+        self.heap[i] = entry;
+        self.position[entry.1 as usize] = i as u32;
     }
 }
 
-/// Where a pending message goes in the queue: its delivery instant, then its place in the
-/// receiver's bag.
+/// A message's place in its receiver's bag, `(receiver rank, class, sender rank, send_count)`,
+/// packed into one integer with the same order (32 + 16 + 32 + 48 bits; a sender would need
+/// 2^48 messages to overflow its count field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct QueueKey {
-    pub(crate) at: Instant,
-    pub(crate) receiver: u32,
-    pub(crate) class: MessageClass,
-    pub(crate) sender: SenderOrder,
-    pub(crate) send_count: u64,
+pub(crate) struct BagKey(u128);
+
+impl BagKey {
+    pub(crate) fn new(receiver: u32, class: MessageClass, sender: SenderOrder, send_count: u64) -> BagKey {
+        debug_assert!(send_count < 1 << 48, "send count beyond the 48-bit key field");
+        BagKey(
+            (u128::from(receiver) << 96)
+                | (u128::from(class.0) << 80)
+                | (u128::from(sender.0) << 48)
+                | u128::from(send_count & ((1 << 48) - 1)),
+        )
+    }
 }
 
-/// A message waiting for delivery, as stored in the queue.
+/// A message waiting for delivery: its place in the receiver's bag and the envelope, complete
+/// from the moment it is sent.
 pub(crate) struct Pending<M> {
-    pub(crate) key: QueueKey,
-    pub(crate) sent_at: Instant,
-    pub(crate) sender: ActorId,
-    pub(crate) to: ActorId,
-    pub(crate) payload: M,
-}
-
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Slot {
-    key: QueueKey,
-    index: u32,
+    pub(crate) bag_key: BagKey,
+    pub(crate) envelope: Envelope<M>,
 }
 
 /// Messages not yet delivered.
 pub(crate) struct MessageQueue<M> {
-    heap: BinaryHeap<Reverse<Slot>>,
+    later: RadixQueue<u32>,
     slab: Vec<Option<Pending<M>>>,
     free: Vec<u32>,
+    next_round: Vec<Pending<M>>,
+    next_round_at: Instant,
+    due_slots: Vec<u32>,
+    due: Vec<(BagKey, u32)>,
 }
 
 impl<M> Default for MessageQueue<M> {
     fn default() -> Self {
-        MessageQueue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new() }
+        MessageQueue {
+            later: RadixQueue::default(),
+            slab: Vec::new(),
+            free: Vec::new(),
+            next_round: Vec::new(),
+            next_round_at: Instant::default(),
+            due_slots: Vec::new(),
+            due: Vec::new(),
+        }
     }
 }
 
 impl<M> MessageQueue<M> {
     /// The earliest delivery instant.
-    pub(crate) fn peek(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse(s)| s.key.at)
+    pub(crate) fn peek(&mut self) -> Option<Instant> {
+        if !self.next_round.is_empty() {
+            return Some(self.next_round_at);
+        }
+        self.later.min_key().map(|t| Instant::at(SimTime::from_micros(t)))
     }
 
     /// How many messages are waiting.
     pub(crate) fn len(&self) -> usize {
-        self.heap.len()
+        self.later.len() + self.next_round.len()
     }
 
-    /// Queue a message.
+    /// Queue a message due at `at`: either round 0 of a later time, or the round right after
+    /// the current one (all zero-delay messages of a round share that instant).
     pub(crate) fn push(&mut self, pending: Pending<M>) {
-        let key = pending.key;
+        let at = Instant { time: pending.envelope.key.time, round: pending.envelope.round };
+        if at.round > 0 {
+            debug_assert!(self.next_round.is_empty() || self.next_round_at == at);
+            self.next_round_at = at;
+            self.next_round.push(pending);
+            return;
+        }
         let index = match self.free.pop() {
             Some(i) => {
                 self.slab[i as usize] = Some(pending);
@@ -193,24 +237,56 @@ impl<M> MessageQueue<M> {
                 (self.slab.len() - 1) as u32
             }
         };
-        self.heap.push(Reverse(Slot { key, index }));
+        self.later.push(at.time.as_micros(), index);
     }
 
-    /// Remove and return the next message if it is due exactly at `at`.
-    pub(crate) fn pop_at(&mut self, at: Instant) -> Option<Pending<M>> {
-        if self.heap.peek()?.0.key.at != at {
-            return None;
+    /// Hand every message due exactly at `at` to `deliver`, receiver by receiver, each
+    /// receiver's messages in bag order.
+    pub(crate) fn drain_due(&mut self, at: Instant, mut deliver: impl FnMut(Envelope<M>)) {
+        if at.round > 0 {
+            if self.next_round_at == at && !self.next_round.is_empty() {
+                self.next_round.sort_unstable_by_key(|p| p.bag_key);
+                self.next_round.drain(..).for_each(|p| deliver(p.envelope));
+            }
+            return;
         }
-        let Reverse(slot) = self.heap.pop()?;
-        self.free.push(slot.index);
-        self.slab[slot.index as usize].take()
+        let time = at.time.as_micros();
+        if self.later.min_key() != Some(time) {
+            return;
+        }
+        self.later.drain_min(time, &mut self.due_slots);
+        if let &[index] = self.due_slots.as_slice() {
+            // The common case: one message due at this time, no bag to sort.
+            self.due_slots.clear();
+            if let Some(pending) = self.slab[index as usize].take() {
+                self.free.push(index);
+                deliver(pending.envelope);
+            }
+            return;
+        }
+        for &index in &self.due_slots {
+            if let Some(pending) = &self.slab[index as usize] {
+                self.due.push((pending.bag_key, index));
+            }
+        }
+        self.due_slots.clear();
+        if self.due.len() > 1 {
+            self.due.sort_unstable();
+        }
+        for &(_, index) in &self.due {
+            if let Some(pending) = self.slab[index as usize].take() {
+                self.free.push(index);
+                deliver(pending.envelope);
+            }
+        }
+        self.due.clear();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::SimTime;
+    use crate::message::OrderKey;
 
     fn at(t: u64, r: u32) -> Instant {
         Instant { time: SimTime::from_micros(t), round: r }
@@ -225,9 +301,17 @@ mod tests {
         assert_eq!(agenda.peek(), Some(at(3, 1)));
         agenda.set(ActorId(2), Some(at(9, 0)));
         assert_eq!(agenda.get(ActorId(2)), Some(at(9, 0)));
-        assert_eq!(agenda.pop_at(at(5, 0)), Some(ActorId(1)), "rank 0 first");
-        assert_eq!(agenda.pop_at(at(5, 0)), Some(ActorId(0)));
-        assert_eq!(agenda.pop_at(at(5, 0)), None);
+        let mut due = Vec::new();
+        agenda.for_each_at(at(5, 0), |a| due.push(a));
+        due.sort();
+        assert_eq!(due, vec![ActorId(0), ActorId(1)]);
+        agenda.set(ActorId(0), None);
+        agenda.set(ActorId(1), Some(at(9, 0)));
+        due.clear();
+        agenda.for_each_at(at(5, 0), |a| due.push(a));
+        assert!(due.is_empty());
+        assert_eq!(agenda.peek(), Some(at(9, 0)));
+        agenda.set(ActorId(1), None);
         agenda.set(ActorId(2), None);
         assert_eq!(agenda.peek(), None);
         assert_eq!(agenda.get(ActorId(2)), None);
@@ -259,35 +343,66 @@ mod tests {
                 .min()
                 .map(|(t, _)| t);
             assert_eq!(agenda.peek(), expected);
+            if let Some(first) = expected {
+                let mut due = Vec::new();
+                agenda.for_each_at(first, |a| due.push(a));
+                due.sort();
+                let mut want: Vec<ActorId> = (0..n as usize)
+                    .filter(|&i| reference[i] == Some(first))
+                    .map(|i| ActorId(i as u32))
+                    .collect();
+                want.sort();
+                assert_eq!(due, want);
+            }
         }
     }
 
     #[test]
-    fn queue_pops_only_what_is_due_in_key_order() {
+    fn queue_hands_over_only_what_is_due_in_key_order() {
         let mut q = MessageQueue::default();
-        let key = |t, receiver, class, sender, send_count| QueueKey {
-            at: at(t, 0),
-            receiver,
-            class: MessageClass(class),
-            sender: SenderOrder(sender),
-            send_count,
-        };
-        for (i, k) in
-            [key(2, 1, 0, 0, 0), key(1, 1, 5, 0, 1), key(1, 0, 9, 3, 0), key(1, 1, 5, 0, 0)]
-                .into_iter()
-                .enumerate()
-        {
-            q.push(Pending {
-                key: k,
+        let pending = |due: Instant, receiver, class, sender, send_count, payload| Pending {
+            bag_key: BagKey::new(receiver, MessageClass(class), SenderOrder(sender), send_count),
+            envelope: Envelope {
+                key: OrderKey {
+                    time: due.time,
+                    class: MessageClass(class),
+                    sender: SenderOrder(sender),
+                    send_count,
+                },
+                round: due.round,
                 sent_at: at(0, 0),
                 sender: ActorId(0),
-                to: ActorId(k.receiver),
-                payload: i,
-            });
-        }
-        let order: Vec<usize> = std::iter::from_fn(|| q.pop_at(at(1, 0)).map(|p| p.payload)).collect();
+                to: ActorId(receiver),
+                payload,
+            },
+        };
+        q.push(pending(at(2, 0), 1, 0, 0, 0, 0));
+        q.push(pending(at(1, 0), 1, 5, 0, 1, 1));
+        q.push(pending(at(1, 0), 0, 9, 3, 0, 2));
+        q.push(pending(at(1, 0), 1, 5, 0, 0, 3));
+        q.push(pending(at(0, 1), 1, 1, 0, 0, 4));
+        q.push(pending(at(0, 1), 0, 7, 0, 1, 5));
+        assert_eq!(q.peek(), Some(at(0, 1)), "the next round comes first");
+        let mut order = Vec::new();
+        q.drain_due(at(0, 1), |e| order.push(e.payload));
+        assert_eq!(order, vec![5, 4]);
+        assert_eq!(q.peek(), Some(at(1, 0)));
+        order.clear();
+        q.drain_due(at(1, 0), |e| order.push(e.payload));
         assert_eq!(order, vec![2, 3, 1]);
         assert_eq!(q.len(), 1);
         assert_eq!(q.peek(), Some(at(2, 0)));
+    }
+
+    #[test]
+    fn bag_keys_order_like_their_fields() {
+        let k = |r, c, s, n| BagKey::new(r, MessageClass(c), SenderOrder(s), n);
+        assert!(k(0, 9, 9, 9) < k(1, 0, 0, 0));
+        assert!(k(1, 0, 9, 9) < k(1, 1, 0, 0));
+        assert!(k(1, 1, 0, 9) < k(1, 1, 1, 0));
+        assert!(k(1, 1, 1, 0) < k(1, 1, 1, 1));
+        assert!(
+            k(u32::MAX, u16::MAX, u32::MAX, (1 << 48) - 2) < k(u32::MAX, u16::MAX, u32::MAX, (1 << 48) - 1)
+        );
     }
 }

@@ -20,7 +20,7 @@
 use std::any::Any;
 
 use crate::actor::{Actor, ActorId, Context, Outbox, TimeAdvance};
-use crate::agenda::{Agenda, MessageQueue, Pending, QueueKey};
+use crate::agenda::{Agenda, BagKey, MessageQueue, Pending};
 use crate::error::KernelError;
 use crate::host::{Host, HostKind, Work};
 use crate::message::{Envelope, Message, OrderKey, SenderOrder};
@@ -66,20 +66,17 @@ const IMMINENT: u8 = 1;
 const HAS_BAG: u8 = 2;
 
 /// Per-actor bookkeeping the coordinator keeps outside the actor.
-struct Bookkeeping<M> {
+struct Bookkeeping {
     name: String,
     rank: u32,
     last_transition: SimTime,
     send_count: u64,
     flags: u8,
-    bag: Vec<Envelope<M>>,
-    outbox: Outbox<M>,
-    description: Option<Description>,
 }
 
 /// A running simulation; built by [`crate::Assembly::build`].
 pub struct Simulation<M: Message> {
-    book: Vec<Bookkeeping<M>>,
+    book: Vec<Bookkeeping>,
     agenda: Agenda,
     queue: MessageQueue<M>,
     host: Host<M>,
@@ -88,6 +85,7 @@ pub struct Simulation<M: Message> {
     now: Instant,
     max_rounds: u32,
     affected: Vec<(u32, ActorId)>,
+    affected_ids: Vec<ActorId>,
     works: Vec<Work<M>>,
     stats: RunStats,
     halted: Option<(String, String)>,
@@ -165,6 +163,7 @@ impl<M: Message> Simulation<M> {
             };
             agenda.set(ActorId(index as u32), first);
         }
+        let works = (0..names.len()).map(|i| Work::new(ActorId(i as u32))).collect();
         let book = names
             .into_iter()
             .zip(ranks)
@@ -174,9 +173,6 @@ impl<M: Message> Simulation<M> {
                 last_transition: SimTime::ZERO,
                 send_count: 0,
                 flags: 0,
-                bag: Vec::new(),
-                outbox: Outbox::default(),
-                description: None,
             })
             .collect();
         Simulation {
@@ -189,7 +185,8 @@ impl<M: Message> Simulation<M> {
             now: Instant::default(),
             max_rounds,
             affected: Vec::new(),
-            works: Vec::new(),
+            affected_ids: Vec::new(),
+            works,
             stats: RunStats::default(),
             halted: None,
         }
@@ -227,7 +224,7 @@ impl<M: Message> Simulation<M> {
     }
 
     /// The earliest pending instant, if anything is pending.
-    pub fn next_instant(&self) -> Option<Instant> {
+    pub fn next_instant(&mut self) -> Option<Instant> {
         match (self.agenda.peek(), self.queue.peek()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -283,112 +280,93 @@ impl<M: Message> Simulation<M> {
         }
         self.now = at;
         self.stats.rounds += 1;
+        self.affected_ids.clear();
         for &(_, id) in &self.affected {
             let book = &mut self.book[id.index()];
-            let imminent = book.flags & IMMINENT != 0;
+            let work = &mut self.works[id.index()];
+            work.imminent = book.flags & IMMINENT != 0;
             book.flags = 0;
-            let description = if self.describe {
-                Some(book.description.take().unwrap_or_default())
-            } else {
-                None
-            };
-            self.works.push(Work {
-                actor: id,
-                bag_len: book.bag.len(),
-                ctx: Context { now: at, elapsed: at.time.saturating_since(book.last_transition) },
-                imminent,
-                bag: std::mem::take(&mut book.bag),
-                outbox: std::mem::take(&mut book.outbox),
-                next: TimeAdvance::Passive,
-                description,
-            });
-        }
-        self.affected.clear();
-        if !self.observers.is_empty() {
-            for work in &self.works {
+            work.ctx = Context { now: at, elapsed: at.time.saturating_since(book.last_transition) };
+            work.bag_len = work.bag.len();
+            if self.describe && work.description.is_none() {
+                work.description = Some(Description::default());
+            }
+            self.stats.transitions += 1;
+            self.stats.messages += work.bag_len as u64;
+            if !self.observers.is_empty() {
                 for envelope in &work.bag {
                     for observer in &mut self.observers {
                         observer.on_delivery(envelope);
                     }
                 }
             }
+            self.affected_ids.push(id);
         }
-        self.stats.transitions += self.works.len() as u64;
-        self.stats.messages += self.works.iter().map(|w| w.bag_len as u64).sum::<u64>();
-        self.host.run_round(&mut self.works);
-        let mut works = std::mem::take(&mut self.works);
-        let mut outcome = Ok(());
-        for mut work in works.drain(..) {
-            if outcome.is_ok() {
-                outcome = self.settle(at, &mut work);
-            }
-            let book = &mut self.book[work.actor.index()];
+        self.affected.clear();
+        self.host.run_round(&self.affected_ids, &mut self.works);
+        let affected = std::mem::take(&mut self.affected_ids);
+        for &id in &affected {
+            // On error the run is over; the buffers need no restoring.
+            self.settle(at, id)?;
+            let work = &mut self.works[id.index()];
             work.bag.clear();
             work.outbox.messages.clear();
-            book.bag = work.bag;
-            book.outbox = work.outbox;
-            book.description = work.description;
         }
-        self.works = works;
-        outcome
+        self.affected_ids = affected;
+        Ok(())
     }
 
     /// Collect the imminent actors and the bags due at `at` into `affected`, in rank order.
     fn gather(&mut self, at: Instant) {
-        while let Some(id) = self.agenda.pop_at(at) {
-            let book = &mut self.book[id.index()];
-            book.flags |= IMMINENT;
-            self.affected.push((book.rank, id));
-        }
-        while let Some(pending) = self.queue.pop_at(at) {
-            let book = &mut self.book[pending.to.index()];
-            if book.flags == 0 {
-                self.affected.push((book.rank, pending.to));
+        let (book, works, affected) = (&mut self.book, &mut self.works, &mut self.affected);
+        self.agenda.for_each_at(at, |id| {
+            let actor = &mut book[id.index()];
+            actor.flags |= IMMINENT;
+            affected.push((actor.rank, id));
+        });
+        self.queue.drain_due(at, |envelope| {
+            let to = envelope.to;
+            let receiver = &mut book[to.index()];
+            if receiver.flags == 0 {
+                affected.push((receiver.rank, to));
             }
-            book.flags |= HAS_BAG;
-            book.bag.push(Envelope {
-                key: OrderKey {
-                    time: at.time,
-                    class: pending.key.class,
-                    sender: pending.key.sender,
-                    send_count: pending.key.send_count,
-                },
-                round: at.round,
-                sent_at: pending.sent_at,
-                sender: pending.sender,
-                to: pending.to,
-                payload: pending.payload,
-            });
-        }
+            receiver.flags |= HAS_BAG;
+            works[to.index()].bag.push(envelope);
+        });
         self.affected.sort_unstable_by_key(|&(rank, _)| rank);
     }
 
     /// Stamp and queue what one actor emitted, schedule its next internal event, tell observers.
-    fn settle(&mut self, at: Instant, work: &mut Work<M>) -> Result<(), KernelError> {
-        let id = work.actor;
+    fn settle(&mut self, at: Instant, id: ActorId) -> Result<(), KernelError> {
+        let work = &mut self.works[id.index()];
         let emitted = work.outbox.messages.len();
-        let (sender_rank, name_index) = (self.book[id.index()].rank, id.index());
+        let sender_order = SenderOrder(self.book[id.index()].rank);
         for outgoing in work.outbox.messages.drain(..) {
-            let Some(receiver) = self.book.get(outgoing.to.index()) else {
+            let Some(receiver_rank) = self.book.get(outgoing.to.index()).map(|r| r.rank) else {
                 return Err(KernelError::UnknownReceiver {
-                    sender: self.book[name_index].name.clone(),
+                    sender: self.book[id.index()].name.clone(),
                     to: outgoing.to,
                 });
             };
             let Some(deliver_at) = at.after(outgoing.delay) else {
-                return Err(KernelError::TimeOverflow { actor: self.book[name_index].name.clone() });
+                return Err(KernelError::TimeOverflow { actor: self.book[id.index()].name.clone() });
             };
-            let key = QueueKey {
-                at: deliver_at,
-                receiver: receiver.rank,
-                class: outgoing.payload.class(),
-                sender: SenderOrder(sender_rank),
-                send_count: self.book[name_index].send_count,
-            };
-            self.book[name_index].send_count += 1;
-            self.queue.push(Pending { key, sent_at: at, sender: id, to: outgoing.to, payload: outgoing.payload });
+            let class = outgoing.payload.class();
+            let send_count = self.book[id.index()].send_count;
+            self.book[id.index()].send_count += 1;
+            self.queue.push(Pending {
+                bag_key: BagKey::new(receiver_rank, class, sender_order, send_count),
+                envelope: Envelope {
+                    key: OrderKey { time: deliver_at.time, class, sender: sender_order, send_count },
+                    round: deliver_at.round,
+                    sent_at: at,
+                    sender: id,
+                    to: outgoing.to,
+                    payload: outgoing.payload,
+                },
+            });
         }
-        let book = &mut self.book[name_index];
+        let book = &mut self.book[id.index()];
         let elapsed = at.time.saturating_since(book.last_transition);
         book.last_transition = at.time;
         let next = match work.next {
@@ -405,8 +383,7 @@ impl<M: Message> Simulation<M> {
             self.halted = Some((book.name.clone(), reason));
         }
         if !self.observers.is_empty() {
-            let bag_len = work.bag_len;
-            let kind = match (work.imminent, bag_len > 0) {
+            let kind = match (work.imminent, work.bag_len > 0) {
                 (true, false) => TransitionKind::Internal,
                 (false, _) => TransitionKind::External,
                 (true, true) => TransitionKind::Confluent,
@@ -417,7 +394,7 @@ impl<M: Message> Simulation<M> {
                 name: &book.name,
                 kind,
                 elapsed,
-                bag_len,
+                bag_len: work.bag_len,
                 emitted,
                 next_internal: next,
                 description: work.description.as_ref(),

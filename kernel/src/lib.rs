@@ -29,6 +29,7 @@ mod error;
 mod host;
 mod message;
 mod observer;
+mod radix;
 pub mod rng;
 mod time;
 pub mod toys;

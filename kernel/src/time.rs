@@ -204,10 +204,7 @@ mod tests {
     fn rounding_refuses_what_is_not_a_duration() {
         assert_eq!(SimDuration::from_micros_ceil(f64::NAN), Err(TimeError::NotANumber));
         assert_eq!(SimDuration::from_micros_ceil(-1.0), Err(TimeError::Negative(-1.0)));
-        assert!(matches!(
-            SimDuration::from_micros_ceil(f64::INFINITY),
-            Err(TimeError::TooLarge(_))
-        ));
+        assert!(matches!(SimDuration::from_micros_ceil(f64::INFINITY), Err(TimeError::TooLarge(_))));
         assert!(matches!(SimDuration::from_micros_ceil(2e19), Err(TimeError::TooLarge(_))));
     }
 
@@ -215,10 +212,7 @@ mod tests {
     fn zero_delay_advances_the_round_and_positive_delay_the_time() {
         let i = Instant { time: SimTime::from_micros(10), round: 3 };
         assert_eq!(i.after(SimDuration::ZERO), Some(Instant { time: i.time, round: 4 }));
-        assert_eq!(
-            i.after(SimDuration::from_micros(5)),
-            Some(Instant::at(SimTime::from_micros(15)))
-        );
+        assert_eq!(i.after(SimDuration::from_micros(5)), Some(Instant::at(SimTime::from_micros(15))));
         assert_eq!(Instant::at(SimTime::MAX).after(SimDuration::from_micros(1)), None);
     }
 

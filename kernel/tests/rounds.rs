@@ -62,9 +62,12 @@ impl Actor<Ping> for Relay {
     }
 }
 
+/// One transition as recorded: actor name, instant, kind, elapsed time, bag size.
+type Seen = (String, Instant, TransitionKind, SimDuration, usize);
+
 /// Records every transition it is told about.
 #[derive(Clone, Default)]
-struct Recorder(Rc<RefCell<Vec<(String, Instant, TransitionKind, SimDuration, usize)>>>);
+struct Recorder(Rc<RefCell<Vec<Seen>>>);
 
 impl Observer<Ping> for Recorder {
     fn on_transition(&mut self, r: &TransitionRecord<'_>) {
@@ -81,8 +84,7 @@ fn a_zero_delay_chain_of_k_actors_completes_in_k_rounds_at_one_time() {
     for host in HOSTS {
         for k in [1u32, 2, 5, 17] {
             let mut assembly = Assembly::new();
-            let ids: Vec<ActorId> =
-                (0..k).map(|i| assembly.declare(format!("a{i:02}")).unwrap()).collect();
+            let ids: Vec<ActorId> = (0..k).map(|i| assembly.declare(format!("a{i:02}")).unwrap()).collect();
             let starter = Starter { to: ids.get(1).copied(), delay: Some(SimDuration::from_micros(10)) };
             assembly.install(ids[0], starter).unwrap();
             for i in 1..k as usize {
@@ -96,8 +98,7 @@ fn a_zero_delay_chain_of_k_actors_completes_in_k_rounds_at_one_time() {
             assert_eq!(end, RunEnd::Quiescent { at: SimTime::from_micros(10) }, "{host:?} k={k}");
             assert_eq!(sim.stats().rounds, u64::from(k), "{host:?} k={k}");
             let log = recorder.0.borrow();
-            let expected: Vec<(String, Instant)> =
-                (0..k).map(|i| (format!("a{i:02}"), at(10, i))).collect();
+            let expected: Vec<(String, Instant)> = (0..k).map(|i| (format!("a{i:02}"), at(10, i))).collect();
             let seen: Vec<(String, Instant)> = log.iter().map(|(n, i, ..)| (n.clone(), *i)).collect();
             assert_eq!(seen, expected, "{host:?} k={k}");
         }
@@ -205,7 +206,9 @@ fn a_message_landing_on_a_wake_up_makes_a_confluent_transition() {
         assembly.install(relay, Relay { next: Some(periodic), delay: SimDuration::from_micros(7) }).unwrap();
         // Starter fires at 3 (round 0); the relay gets it at (3, 1) and forwards with delay 7:
         // it arrives at (10, 0), exactly when the periodic wakes.
-        assembly.add("starter", Starter { to: Some(relay), delay: Some(SimDuration::from_micros(3)) }).unwrap();
+        assembly
+            .add("starter", Starter { to: Some(relay), delay: Some(SimDuration::from_micros(3)) })
+            .unwrap();
         let mut sim = assembly.build(host).unwrap();
         let recorder = Recorder::default();
         sim.observe(recorder.clone());
@@ -258,7 +261,11 @@ fn the_round_bound_fails_naming_the_actors() {
         let error = sim.run().unwrap_err();
         assert_eq!(
             error,
-            KernelError::RoundLimit { time: SimTime::from_micros(5), bound: 50, actors: vec!["ping".to_owned()] },
+            KernelError::RoundLimit {
+                time: SimTime::from_micros(5),
+                bound: 50,
+                actors: vec!["ping".to_owned()]
+            },
             "{host:?}"
         );
         assert!(error.to_string().contains("ping"));
@@ -272,7 +279,10 @@ fn the_horizon_stops_before_later_events_and_the_run_can_resume() {
         let mut assembly = Assembly::new();
         assembly.add("periodic", Periodic::new(10, 3)).unwrap();
         let mut sim = assembly.build(host).unwrap();
-        assert_eq!(sim.run_until(SimTime::from_micros(15)).unwrap(), RunEnd::Horizon { at: SimTime::from_micros(15) });
+        assert_eq!(
+            sim.run_until(SimTime::from_micros(15)).unwrap(),
+            RunEnd::Horizon { at: SimTime::from_micros(15) }
+        );
         assert_eq!(sim.now(), at(10, 0));
         assert_eq!(sim.next_instant(), Some(at(20, 0)));
         assert_eq!(sim.run().unwrap(), RunEnd::Quiescent { at: SimTime::from_micros(30) });
@@ -300,7 +310,11 @@ fn an_actor_can_halt_the_run_with_a_reason() {
         let mut sim = assembly.build(host).unwrap();
         assert_eq!(
             sim.run().unwrap(),
-            RunEnd::Halted { at: SimTime::from_micros(7), actor: "halter".to_owned(), reason: "enough".to_owned() }
+            RunEnd::Halted {
+                at: SimTime::from_micros(7),
+                actor: "halter".to_owned(),
+                reason: "enough".to_owned()
+            }
         );
     }
 }
@@ -309,7 +323,9 @@ fn an_actor_can_halt_the_run_with_a_reason() {
 fn sending_to_an_unknown_actor_is_an_error_naming_the_sender() {
     for host in HOSTS {
         let mut assembly = Assembly::new();
-        assembly.add("starter", Starter { to: Some(ActorId(9)), delay: Some(SimDuration::from_micros(1)) }).unwrap();
+        assembly
+            .add("starter", Starter { to: Some(ActorId(9)), delay: Some(SimDuration::from_micros(1)) })
+            .unwrap();
         let mut sim = assembly.build(host).unwrap();
         assert_eq!(
             sim.run().unwrap_err(),

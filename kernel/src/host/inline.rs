@@ -1,7 +1,7 @@
 //! The inline host: actors in a vector, called directly.
 
 use super::{Work, perform};
-use crate::actor::Actor;
+use crate::actor::{Actor, ActorId};
 use crate::message::Message;
 
 pub(crate) struct InlineHost<M: Message> {
@@ -13,9 +13,9 @@ impl<M: Message> InlineHost<M> {
         InlineHost { actors }
     }
 
-    pub(crate) fn run_round(&mut self, works: &mut [Work<M>]) {
-        for work in works {
-            perform(self.actors[work.actor.index()].as_mut(), work);
+    pub(crate) fn run_round(&mut self, affected: &[ActorId], works: &mut [Work<M>]) {
+        for &id in affected {
+            perform(self.actors[id.index()].as_mut(), &mut works[id.index()]);
         }
     }
 

@@ -31,7 +31,8 @@ pub enum HostKind {
     Tasks,
 }
 
-/// One actor's share of a round.
+/// One actor's share of a round. Each actor has one, kept between rounds so its buffers are
+/// reused.
 pub(crate) struct Work<M> {
     pub(crate) actor: ActorId,
     pub(crate) ctx: Context,
@@ -41,6 +42,21 @@ pub(crate) struct Work<M> {
     pub(crate) outbox: Outbox<M>,
     pub(crate) next: TimeAdvance,
     pub(crate) description: Option<Description>,
+}
+
+impl<M> Work<M> {
+    pub(crate) fn new(actor: ActorId) -> Work<M> {
+        Work {
+            actor,
+            ctx: Context { now: crate::Instant::default(), elapsed: crate::SimDuration::ZERO },
+            imminent: false,
+            bag_len: 0,
+            bag: Vec::new(),
+            outbox: Outbox::default(),
+            next: TimeAdvance::Passive,
+            description: None,
+        }
+    }
 }
 
 /// The per-actor round: output if imminent, then the one transition, then the new time
@@ -79,10 +95,11 @@ impl<M: Message> Host<M> {
         }
     }
 
-    pub(crate) fn run_round(&mut self, works: &mut Vec<Work<M>>) {
+    /// Run the round of each actor in `affected` (in that order) on its `works` entry.
+    pub(crate) fn run_round(&mut self, affected: &[ActorId], works: &mut [Work<M>]) {
         match self {
-            Host::Inline(host) => host.run_round(works),
-            Host::Tasks(host) => host.run_round(works),
+            Host::Inline(host) => host.run_round(affected, works),
+            Host::Tasks(host) => host.run_round(affected, works),
         }
     }
 

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, LocalSet};
 
 use super::{Work, perform};
-use crate::actor::Actor;
+use crate::actor::{Actor, ActorId};
 use crate::message::Message;
 
 struct Job<M> {
@@ -58,20 +58,23 @@ impl<M: Message> TaskHost<M> {
         TaskHost { runtime, local, mailboxes, tasks, replies: Vec::new(), frozen_clock }
     }
 
-    pub(crate) fn run_round(&mut self, works: &mut Vec<Work<M>>) {
+    pub(crate) fn run_round(&mut self, affected: &[ActorId], works: &mut [Work<M>]) {
         let TaskHost { runtime, local, mailboxes, tasks, replies, frozen_clock } = self;
         runtime.block_on(local.run_until(async {
-            for work in works.drain(..) {
+            for &id in affected {
                 let (reply, receiver) = oneshot::channel();
-                let actor = work.actor.index();
-                if mailboxes[actor].send(Job { work, reply }).is_err() {
-                    rethrow(&mut tasks[actor]).await;
+                let work = std::mem::replace(&mut works[id.index()], Work::new(id));
+                if mailboxes[id.index()].send(Job { work, reply }).is_err() {
+                    rethrow(&mut tasks[id.index()]).await;
                 }
                 replies.push(receiver);
             }
             for receiver in replies.drain(..) {
                 match receiver.await {
-                    Ok(work) => works.push(work),
+                    Ok(work) => {
+                        let index = work.actor.index();
+                        works[index] = work;
+                    }
                     Err(_) => {
                         // The task dropped its reply: it panicked. Find it and rethrow.
                         for task in tasks.iter_mut().filter(|t| t.is_finished()) {

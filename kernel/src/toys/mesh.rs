@@ -102,7 +102,8 @@ impl Node {
         } else {
             SimDuration::from_micros(1 + self.draws.below(200))
         };
-        let token = Token { kind: self.draws.below(4) as u8, hops_left: self.hops, value: self.draws.next_u64() };
+        let token =
+            Token { kind: self.draws.below(4) as u8, hops_left: self.hops, value: self.draws.next_u64() };
         let (to, delay) = (self.peer(), self.delay());
         self.pending = Some((to, delay, token));
     }
@@ -158,7 +159,11 @@ impl Actor<Token> for Node {
 }
 
 /// Add a mesh of `config.nodes` nodes named `node-000`, `node-001`, … to an assembly.
-pub fn assemble(assembly: &mut Assembly<Token>, config: MeshConfig, streams: Streams) -> Result<Vec<ActorId>, AssemblyError> {
+pub fn assemble(
+    assembly: &mut Assembly<Token>,
+    config: MeshConfig,
+    streams: Streams,
+) -> Result<Vec<ActorId>, AssemblyError> {
     let names: Vec<String> = (0..config.nodes).map(|i| format!("node-{i:03}")).collect();
     let ids = names.iter().map(|n| assembly.declare(n.clone())).collect::<Result<Vec<_>, _>>()?;
     for (i, (&id, name)) in ids.iter().zip(&names).enumerate() {

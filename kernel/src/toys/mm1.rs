@@ -169,7 +169,11 @@ impl Mm1Config {
 }
 
 /// Add an M/M/1 model (actors `source` and `server`) to an assembly.
-pub fn assemble(assembly: &mut Assembly<Job>, config: Mm1Config, streams: Streams) -> Result<Mm1, AssemblyError> {
+pub fn assemble(
+    assembly: &mut Assembly<Job>,
+    config: Mm1Config,
+    streams: Streams,
+) -> Result<Mm1, AssemblyError> {
     let server = assembly.add("server", Server::new(config.mean_service_us, streams))?;
     let source = assembly.add("source", Source::new(server, config.mean_gap_us, config.jobs, streams))?;
     Ok(Mm1 { source, server })
