@@ -1,1 +1,29 @@
-//! placeholder
+//! Documents and interfaces that cross blis-actor's crates.
+//!
+//! The scenario a user writes ([`Scenario`], with its [`Workload`]), the engine contract an engine
+//! port and the cost model meet in ([`PoolPlan`], [`StepShape`], the [`Environment`] trait), the
+//! model facts both read ([`ModelArchitecture`]), and what a run writes ([`RunResult`] for
+//! `result.json`, [`CallRecord`] for `calls.jsonl`). Nothing here simulates anything; the only
+//! logic is validation, and every refusal is a [`FieldError`] naming the field's path, the
+//! value and the cause. Documents outside the kernel carry time as integer microseconds in
+//! fields named `*_us`.
+
+mod call;
+mod engine;
+mod error;
+mod model;
+mod result;
+mod scenario;
+mod workload;
+pub mod yaml;
+
+pub use call::{CallRecord, Fate};
+pub use engine::{
+    EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepMode,
+    StepPrice, StepRequest, StepShape, StepTotals,
+};
+pub use error::{FieldError, join_path};
+pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
+pub use result::{FateCounts, LatencySummary, Metrics, RESULT_SCHEMA, RunResult, ScenarioRecord, SimulationRecord};
+pub use scenario::{Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario};
+pub use workload::{Arrival, ClientSpec, LengthDist, Workload};

@@ -1,0 +1,74 @@
+//! The one shape of a refusal: which field, what value, why.
+
+use std::fmt;
+
+/// A user input refused: the field as a path (e.g. `cluster.pools[1].engine.args.max_num_seqs`),
+/// the value found there, and the cause.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Where the bad value is, as a dotted path with `[i]` for list items.
+    pub path: String,
+    /// The value found, rendered for a person (absent when the field itself is missing).
+    pub value: Option<String>,
+    /// Why it is refused.
+    pub cause: String,
+}
+
+impl FieldError {
+    /// A refusal of `value` at `path` because of `cause`.
+    pub fn new(path: impl Into<String>, value: impl fmt::Display, cause: impl Into<String>) -> FieldError {
+        FieldError { path: path.into(), value: Some(value.to_string()), cause: cause.into() }
+    }
+
+    /// A refusal at `path` where no single value is to blame (a missing field, a whole section).
+    pub fn at(path: impl Into<String>, cause: impl Into<String>) -> FieldError {
+        FieldError { path: path.into(), value: None, cause: cause.into() }
+    }
+
+    /// The same refusal, with `prefix` put in front of its path.
+    pub fn within(mut self, prefix: &str) -> FieldError {
+        self.path = join_path(prefix, &self.path);
+        self
+    }
+}
+
+/// `prefix` and `rest` joined as a field path (`a.b` + `c[0]` = `a.b.c[0]`, `a` + `[2]` = `a[2]`).
+pub fn join_path(prefix: &str, rest: &str) -> String {
+    match (prefix.is_empty(), rest.is_empty() || rest == ".") {
+        (true, _) => rest.to_owned(),
+        (false, true) => prefix.to_owned(),
+        (false, false) if rest.starts_with('[') => format!("{prefix}{rest}"),
+        (false, false) => format!("{prefix}.{rest}"),
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = if self.path.is_empty() { "(document)" } else { &self.path };
+        match &self.value {
+            Some(value) => write!(f, "{path} = {value}: {}", self.cause),
+            None => write!(f, "{path}: {}", self.cause),
+        }
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_join_like_the_document_nests() {
+        assert_eq!(join_path("cluster", "pools[0].name"), "cluster.pools[0].name");
+        assert_eq!(join_path("cluster.pools", "[1]"), "cluster.pools[1]");
+        assert_eq!(join_path("", "seed"), "seed");
+        assert_eq!(join_path("engine.args", "."), "engine.args");
+    }
+
+    #[test]
+    fn display_names_path_value_and_cause() {
+        let e = FieldError::new("workload.clients[0].rate_per_s", -2.0, "must be positive");
+        assert_eq!(e.to_string(), "workload.clients[0].rate_per_s = -2: must be positive");
+    }
+}

@@ -1,0 +1,86 @@
+//! A model's architecture, in the terms of its Hugging Face `config.json`.
+//!
+//! The cost model's catalog produces it; engine ports read it to lay out their KV cache and to
+//! refuse attention types they cannot lower yet.
+
+use serde::{Deserialize, Serialize};
+
+/// Numeric formats of weights and KV-cache elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// 32-bit float.
+    Float32,
+    /// bfloat16.
+    Bfloat16,
+    /// IEEE half.
+    Float16,
+    /// 8-bit float (E4M3).
+    Fp8,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Dtype::Float32 => 4,
+            Dtype::Bfloat16 | Dtype::Float16 => 2,
+            Dtype::Fp8 => 1,
+        }
+    }
+}
+
+/// How a model's attention layers treat context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionKind {
+    /// Every token attends to all earlier tokens (multi-head or grouped-query).
+    Full,
+    /// Every token attends to the last `window` tokens only.
+    SlidingWindow {
+        /// Tokens in the window.
+        window: u32,
+    },
+}
+
+/// Mixture-of-experts layout of the MLP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoeLayout {
+    /// Routed experts per layer.
+    pub experts: u32,
+    /// Experts each token visits.
+    pub experts_per_token: u32,
+    /// Intermediate size of one expert.
+    pub expert_intermediate_size: u32,
+}
+
+/// The facts of a model that serving depends on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelArchitecture {
+    /// Catalog name.
+    pub name: String,
+    /// Transformer layers.
+    pub num_layers: u32,
+    /// Residual stream width.
+    pub hidden_size: u32,
+    /// Query heads.
+    pub num_attention_heads: u32,
+    /// Key/value heads (fewer than query heads under grouped-query attention).
+    pub num_kv_heads: u32,
+    /// Width of one head.
+    pub head_dim: u32,
+    /// Width of the (dense) MLP's intermediate layer.
+    pub intermediate_size: u32,
+    /// Vocabulary size.
+    pub vocab_size: u32,
+    /// Longest sequence the model supports.
+    pub max_position_embeddings: u32,
+    /// Whether the output projection shares the input embedding's weights.
+    pub tie_word_embeddings: bool,
+    /// Format of the weights.
+    pub weight_dtype: Dtype,
+    /// Attention type.
+    pub attention: AttentionKind,
+    /// Present for mixture-of-experts models.
+    pub moe: Option<MoeLayout>,
+}

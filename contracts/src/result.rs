@@ -1,0 +1,111 @@
+//! The Result document, `result.json` (schema `blis-actor/result/v0`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::EngineIdentity;
+
+/// The schema identifier written in every Result.
+pub const RESULT_SCHEMA: &str = "blis-actor/result/v0";
+
+/// A run's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Always [`RESULT_SCHEMA`].
+    pub schema: String,
+    /// The blis-actor release that produced it.
+    pub blis_actor_version: String,
+    /// The run seed.
+    pub seed: u64,
+    /// Upstream engines modelled, one entry per distinct engine and release.
+    pub engines: Vec<EngineIdentity>,
+    /// The scenario as given and as resolved.
+    pub scenario: ScenarioRecord,
+    /// How every request ended.
+    pub fates: FateCounts,
+    /// Latency and throughput over the completed requests.
+    pub metrics: Metrics,
+    /// What the simulation did.
+    pub simulation: SimulationRecord,
+}
+
+/// The scenario behind a result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioRecord {
+    /// The scenario's text, exactly as given.
+    pub given: String,
+    /// Every default filled in, every engine argument resolved, the facts used.
+    pub resolved: serde_json::Value,
+}
+
+/// Requests by fate. `arrivals` always equals the sum of the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FateCounts {
+    /// Requests the clients generated.
+    pub arrivals: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Dropped without service.
+    pub dropped: u64,
+    /// In flight at the horizon.
+    pub in_flight_at_horizon: u64,
+    /// Queued at the horizon.
+    pub queued_at_horizon: u64,
+}
+
+impl FateCounts {
+    /// Whether every arrival has exactly one fate.
+    pub fn conserved(&self) -> bool {
+        self.arrivals == self.completed + self.dropped + self.in_flight_at_horizon + self.queued_at_horizon
+    }
+}
+
+/// Summary statistics of one latency metric, in milliseconds.
+///
+/// Percentiles are nearest-rank: `pX` is the smallest sample with at least X% of the samples
+/// at or below it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Samples summarised.
+    pub count: u64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// The run's metrics. Latencies cover completed requests only; requests unfinished at a horizon
+/// are counted in the fates and excluded here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Time to first token: arrival at the client's send to the first token back, per request.
+    pub ttft_ms: LatencySummary,
+    /// Time per output token: `(e2e − ttft) / (output − 1)`, per request with ≥ 2 output tokens.
+    pub tpot_ms: LatencySummary,
+    /// Inter-token latency: every gap between consecutive tokens, pooled over requests.
+    pub itl_ms: LatencySummary,
+    /// End to end: send to last token, per request.
+    pub e2e_ms: LatencySummary,
+    /// Output tokens of completed requests per second of the measured span.
+    pub output_tokens_per_s: f64,
+    /// Completed requests per second of the measured span.
+    pub requests_per_s: f64,
+    /// The measured span: first arrival to last completion, seconds.
+    pub span_s: f64,
+}
+
+/// Counts from the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimulationRecord {
+    /// Simulated time of the last event, µs.
+    pub end_time_us: u64,
+    /// Engine steps run, over all instances.
+    pub engine_steps: u64,
+    /// Kernel rounds.
+    pub rounds: u64,
+    /// Messages delivered.
+    pub messages: u64,
+}

@@ -1,0 +1,177 @@
+//! The scenario document: what cluster to simulate and what traffic to send it.
+//!
+//! A scenario is YAML. Every struct rejects unknown fields; [`Scenario::parse`] refuses bad
+//! structure and bad values alike with a [`FieldError`] naming the field path. Engine arguments
+//! are kept as an unparsed section (`engine.args`): their schema belongs to the engine port.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::FieldError;
+use crate::workload::Workload;
+use crate::yaml::{self, YamlValue};
+
+/// A whole scenario.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// A name for people; not used by the simulation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The run seed (default 1); `--seed` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Stop the run at this simulated time, in seconds; requests unfinished then are counted
+    /// as in flight or queued at the horizon. Without it the run ends when all requests end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon_s: Option<f64>,
+    /// The serving cluster.
+    pub cluster: Cluster,
+    /// The traffic.
+    pub workload: Workload,
+}
+
+/// The serving side: network, router and engine pools.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// One-way network delays (default zero).
+    #[serde(default)]
+    pub network: Network,
+    /// The router in front of the engines.
+    pub router: RouterSpec,
+    /// Groups of identical engine instances.
+    pub pools: Vec<Pool>,
+}
+
+/// One-way network delays, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// Client to router and router to client.
+    #[serde(default)]
+    pub client_router_us: u64,
+    /// Router to engine and engine to router.
+    #[serde(default)]
+    pub router_engine_us: u64,
+}
+
+/// The router and its endpoint-picking policy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterSpec {
+    /// How the router picks an engine.
+    pub policy: RouterPolicy,
+}
+
+/// Endpoint-picking policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouterPolicy {
+    /// Each request to the next engine in name order, wrapping around.
+    RoundRobin,
+}
+
+/// A group of identical engine instances.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    /// The pool's name; instances are named `<pool>-<index>`.
+    pub name: String,
+    /// How many instances.
+    pub replicas: u32,
+    /// The accelerator each instance runs on.
+    pub hardware: Hardware,
+    /// The served model, by catalog name.
+    pub model: String,
+    /// The engine and its arguments.
+    pub engine: EngineSpec,
+}
+
+/// The accelerator of an engine instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    /// Chip name from the catalog, e.g. `H100-SXM`.
+    pub chip: String,
+}
+
+/// Which engine runs an instance, and its arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSpec {
+    /// The engine.
+    pub kind: EngineKind,
+    /// The upstream release it models, e.g. `"0.15.1"`.
+    pub version: String,
+    /// The engine's own arguments, in its upstream's names; parsed by the engine port.
+    #[serde(default = "empty_mapping")]
+    pub args: YamlValue,
+}
+
+fn empty_mapping() -> YamlValue {
+    YamlValue::Mapping(Default::default())
+}
+
+/// Engines blis-actor can model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// vLLM (V1 engine).
+    Vllm,
+}
+
+impl EngineKind {
+    /// The name used in documents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+        }
+    }
+}
+
+impl Scenario {
+    /// Parse and validate a scenario.
+    pub fn parse(text: &str) -> Result<Scenario, FieldError> {
+        let scenario: Scenario = yaml::from_str(text)?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Refuse values the schema's types cannot: empty or duplicate names, zero counts,
+    /// non-positive rates, inverted ranges.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if let Some(h) = self.horizon_s
+            && !(h.is_finite() && h > 0.0)
+        {
+            return Err(FieldError::new("horizon_s", h, "must be a positive number of seconds"));
+        }
+        if self.cluster.pools.is_empty() {
+            return Err(FieldError::new("cluster.pools", "[]", "at least one pool of engines is needed"));
+        }
+        for (i, pool) in self.cluster.pools.iter().enumerate() {
+            let path = format!("cluster.pools[{i}]");
+            check_name(&pool.name, &format!("{path}.name"))?;
+            if self.cluster.pools[..i].iter().any(|p| p.name == pool.name) {
+                return Err(FieldError::new(format!("{path}.name"), &pool.name, "another pool has this name"));
+            }
+            if pool.replicas == 0 {
+                return Err(FieldError::new(format!("{path}.replicas"), 0, "a pool needs at least one engine"));
+            }
+            if !matches!(pool.engine.args, YamlValue::Mapping(_)) {
+                return Err(FieldError::at(format!("{path}.engine.args"), "must be a mapping of argument names to values"));
+            }
+        }
+        self.workload.validate()
+    }
+}
+
+/// Refuse names that cannot name an actor: empty, or with characters outside `[A-Za-z0-9_.-]`.
+pub(crate) fn check_name(name: &str, path: &str) -> Result<(), FieldError> {
+    if name.is_empty() {
+        return Err(FieldError::new(path, "\"\"", "a name cannot be empty"));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err(FieldError::new(path, format!("{name:?}"), "names use only letters, digits, '-', '_' and '.'"));
+    }
+    Ok(())
+}

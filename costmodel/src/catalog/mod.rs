@@ -1,0 +1,108 @@
+//! The catalog: facts of hardware and models, each with its source and rank.
+//!
+//! The data is embedded in the binary (`costmodel/data/`); lookups refuse unknown names with the
+//! field path of the scenario that asked and the names that are known.
+
+mod chip;
+mod model;
+mod rank;
+
+pub use chip::Chip;
+pub use model::{CatalogModel, HfConfig};
+pub use rank::{Fact, Rank};
+
+use blis_contracts::{FieldError, yaml};
+use serde::Deserialize;
+
+const CHIPS: &str = include_str!("../../data/chips.yaml");
+const MODELS: &[(&str, &str)] = &[
+    ("llama-2-70b.yaml", include_str!("../../data/models/llama-2-70b.yaml")),
+    ("llama-3.1-8b.yaml", include_str!("../../data/models/llama-3.1-8b.yaml")),
+];
+
+/// All chips and models known to a run.
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    chips: Vec<Chip>,
+    models: Vec<CatalogModel>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChipFile {
+    chips: Vec<Chip>,
+}
+
+impl Catalog {
+    /// The catalog compiled into this binary.
+    pub fn embedded() -> Catalog {
+        Catalog::from_texts(CHIPS, MODELS).expect("the embedded catalog is valid (checked by its tests)")
+    }
+
+    /// A catalog from a chips file and named model files; refusals name the file and field.
+    pub fn from_texts(chips: &str, models: &[(&str, &str)]) -> Result<Catalog, FieldError> {
+        let chips = yaml::from_str::<ChipFile>(chips).map_err(|e| e.within("chips.yaml"))?.chips;
+        let mut loaded = Vec::with_capacity(models.len());
+        for (file, text) in models {
+            loaded.push(CatalogModel::parse(text).map_err(|e| e.within(file))?);
+        }
+        for (i, chip) in chips.iter().enumerate() {
+            if chips[..i].iter().any(|c| c.name == chip.name) {
+                return Err(FieldError::new(format!("chips.yaml.chips[{i}].name"), &chip.name, "listed twice"));
+            }
+        }
+        for (i, model) in loaded.iter().enumerate() {
+            if loaded[..i].iter().any(|m| m.architecture.name == model.architecture.name) {
+                return Err(FieldError::new(models[i].0, &model.architecture.name, "model listed twice"));
+            }
+        }
+        Ok(Catalog { chips, models: loaded })
+    }
+
+    /// The chip called `name`, asked for at `path`.
+    pub fn chip(&self, name: &str, path: &str) -> Result<&Chip, FieldError> {
+        self.chips.iter().find(|c| c.name == name).ok_or_else(|| {
+            let known: Vec<&str> = self.chips.iter().map(|c| c.name.as_str()).collect();
+            FieldError::new(path, name, format!("not in the catalog (known chips: {})", known.join(", ")))
+        })
+    }
+
+    /// The model called `name`, asked for at `path`.
+    pub fn model(&self, name: &str, path: &str) -> Result<&CatalogModel, FieldError> {
+        self.models.iter().find(|m| m.architecture.name == name).ok_or_else(|| {
+            let known: Vec<&str> = self.models.iter().map(|m| m.architecture.name.as_str()).collect();
+            FieldError::new(path, name, format!("not in the catalog (known models: {})", known.join(", ")))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_catalog_loads_and_finds_what_it_lists() {
+        let catalog = Catalog::embedded();
+        assert_eq!(catalog.chip("H100-SXM", "x").unwrap().bf16_dense_flops.value, 989.4e12);
+        let llama = &catalog.model("Llama-3.1-8B", "x").unwrap().architecture;
+        assert_eq!((llama.num_layers, llama.num_kv_heads, llama.head_dim), (32, 8, 128));
+        assert_eq!(catalog.model("Llama-2-70B", "x").unwrap().architecture.max_position_embeddings, 4096);
+    }
+
+    #[test]
+    fn unknown_names_are_refused_with_the_known_ones() {
+        let catalog = Catalog::embedded();
+        let e = catalog.chip("H101", "cluster.pools[0].hardware.chip").unwrap_err();
+        assert_eq!(e.path, "cluster.pools[0].hardware.chip");
+        assert_eq!(e.value.as_deref(), Some("H101"));
+        assert!(e.cause.contains("H100-SXM"), "{e}");
+        let e = catalog.model("GPT-5", "cluster.pools[0].model").unwrap_err();
+        assert!(e.cause.contains("Llama-3.1-8B"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_entries_are_refused() {
+        let e = Catalog::from_texts(CHIPS, &[MODELS[0], MODELS[0]]).unwrap_err();
+        assert!(e.cause.contains("twice"), "{e}");
+    }
+}
