@@ -1,1 +1,7 @@
-//! placeholder
+//! Engine ports: the upstream engines' scheduling and KV-cache rules as plain state machines.
+//!
+//! Each port makes the decisions its upstream makes, step by step, given the same inputs, and
+//! knows nothing of actors or prices: it forms each step's `StepShape` and asks the contracts'
+//! `Environment` what it costs. The vLLM port ([`vllm`]) models release 0.15.1's V1 engine.
+
+pub mod vllm;

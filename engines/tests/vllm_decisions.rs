@@ -1,0 +1,180 @@
+//! Decision-level tests of the vLLM port: for small hand-made cases, the schedule of every step
+//! written out, as `../shared/reference/vllm-sglang.md` §A–B derives it.
+
+use std::sync::Arc;
+
+use blis_engines::vllm::{EngineRequest, FinishedRequest, KvCacheManager, Scheduler, SchedulerLimits};
+
+/// One scheduled request in a step: (key, new tokens, context tokens, samples a token).
+type Slice = (u64, u32, u32, bool);
+
+fn request(key: u64, prompt: u32, max_tokens: u32) -> EngineRequest {
+    EngineRequest {
+        key,
+        prompt_token_ids: (0..prompt).collect::<Vec<u32>>().into(),
+        output_token_ids: Arc::from(vec![7u32; max_tokens as usize]),
+        arrival_us: 0,
+    }
+}
+
+fn limits(max_num_seqs: u32, max_num_batched_tokens: u32, max_model_len: u32) -> SchedulerLimits {
+    SchedulerLimits {
+        max_num_seqs,
+        max_num_batched_tokens,
+        max_model_len,
+        enable_chunked_prefill: true,
+        long_prefill_token_threshold: 0,
+    }
+}
+
+/// Runs steps at times 1, 2, 3, … until idle; returns each step's slices, in schedule order, and
+/// the finished requests.
+fn run(scheduler: &mut Scheduler) -> (Vec<Vec<Slice>>, Vec<FinishedRequest>) {
+    let mut steps = Vec::new();
+    let mut finished = Vec::new();
+    let mut now = 0;
+    while scheduler.has_work() {
+        now += 1;
+        assert!(now < 1_000, "no progress");
+        let shape = scheduler.schedule().clone();
+        let slices = scheduler
+            .scheduled_keys()
+            .zip(&shape.requests)
+            .map(|(key, r)| (key, r.new_tokens, r.context_tokens, r.samples))
+            .collect();
+        steps.push(slices);
+        scheduler.update_from_output(now, &mut finished);
+    }
+    (steps, finished)
+}
+
+fn times(finished: &[FinishedRequest], key: u64) -> Vec<u64> {
+    finished.iter().find(|f| f.key == key).expect("finished").token_times_us.clone()
+}
+
+#[test]
+fn a_long_prompt_is_chunked_by_the_token_budget() {
+    let mut s = Scheduler::new(limits(4, 8, 100), KvCacheManager::new(20, 16, 100));
+    s.add_request(&request(1, 20, 2)).unwrap();
+    let (steps, finished) = run(&mut s);
+    assert_eq!(
+        steps,
+        vec![
+            vec![(1, 8, 0, false)],
+            vec![(1, 8, 8, false)],
+            vec![(1, 4, 16, true)],
+            vec![(1, 1, 20, true)],
+        ]
+    );
+    assert_eq!(times(&finished, 1), vec![3, 4]);
+}
+
+#[test]
+fn running_requests_come_first_and_a_new_prompt_gets_what_budget_is_left() {
+    let mut s = Scheduler::new(limits(4, 10, 100), KvCacheManager::new(20, 16, 100));
+    s.add_request(&request(1, 6, 2)).unwrap();
+    s.add_request(&request(2, 6, 2)).unwrap();
+    let (steps, finished) = run(&mut s);
+    assert_eq!(
+        steps,
+        vec![
+            vec![(1, 6, 0, true), (2, 4, 0, false)],
+            vec![(1, 1, 6, true), (2, 2, 4, true)],
+            vec![(2, 1, 6, true)],
+        ]
+    );
+    assert_eq!(times(&finished, 1), vec![1, 2]);
+    assert_eq!(times(&finished, 2), vec![2, 3]);
+}
+
+#[test]
+fn the_long_prefill_threshold_caps_each_request_per_step() {
+    let mut limits = limits(4, 100, 100);
+    limits.long_prefill_token_threshold = 3;
+    let mut s = Scheduler::new(limits, KvCacheManager::new(20, 16, 100));
+    s.add_request(&request(1, 7, 1)).unwrap();
+    let (steps, _) = run(&mut s);
+    assert_eq!(steps, vec![vec![(1, 3, 0, false)], vec![(1, 3, 3, false)], vec![(1, 1, 6, true)]]);
+}
+
+#[test]
+fn without_chunked_prefill_a_prompt_that_does_not_fit_the_budget_waits() {
+    let mut limits = limits(4, 8, 8);
+    limits.enable_chunked_prefill = false;
+    let mut s = Scheduler::new(limits, KvCacheManager::new(20, 16, 8));
+    s.add_request(&request(1, 6, 1)).unwrap();
+    s.add_request(&request(2, 6, 1)).unwrap();
+    let (steps, _) = run(&mut s);
+    assert_eq!(steps, vec![vec![(1, 6, 0, true)], vec![(2, 6, 0, true)]]);
+}
+
+#[test]
+fn max_num_seqs_stops_admission_with_budget_left() {
+    let mut s = Scheduler::new(limits(1, 100, 100), KvCacheManager::new(20, 16, 100));
+    s.add_request(&request(1, 4, 2)).unwrap();
+    s.add_request(&request(2, 4, 1)).unwrap();
+    let (steps, _) = run(&mut s);
+    assert_eq!(steps, vec![vec![(1, 4, 0, true)], vec![(1, 1, 4, true)], vec![(2, 4, 0, true)]]);
+}
+
+#[test]
+fn admission_stops_at_the_first_request_whose_blocks_are_not_free() {
+    // Null block + 3 usable blocks of 4 tokens.
+    let mut s = Scheduler::new(limits(8, 100, 64), KvCacheManager::new(4, 4, 64));
+    s.add_request(&request(1, 8, 4)).unwrap(); // 2 blocks, grows to a third
+    s.add_request(&request(2, 8, 1)).unwrap(); // needs 2 blocks: waits
+    s.add_request(&request(3, 2, 1)).unwrap(); // would fit, but waits behind request 2
+    let (steps, finished) = run(&mut s);
+    assert_eq!(
+        steps,
+        vec![
+            vec![(1, 8, 0, true)],
+            vec![(1, 1, 8, true)],
+            vec![(1, 1, 9, true)],
+            vec![(1, 1, 10, true)],
+            vec![(2, 8, 0, true), (3, 2, 0, true)],
+        ]
+    );
+    assert_eq!(times(&finished, 1), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn a_running_request_that_cannot_grow_preempts_the_tail_and_nothing_is_admitted() {
+    // Null block + 3 usable blocks of 4 tokens; each request is 4 prompt + 6 output tokens.
+    let mut s = Scheduler::new(limits(8, 100, 12), KvCacheManager::new(4, 4, 12));
+    s.add_request(&request(1, 4, 6)).unwrap();
+    s.add_request(&request(2, 4, 6)).unwrap();
+    let (steps, finished) = run(&mut s);
+    assert_eq!(
+        steps,
+        vec![
+            vec![(1, 4, 0, true), (2, 4, 0, true)],
+            // Request 2 cannot get its second block: it is the tail, so it preempts itself; no
+            // waiting request is admitted in a step with a preemption.
+            vec![(1, 1, 4, true)],
+            // Request 2 is at the front of the waiting queue, recomputing prompt + 1 output
+            // (5 tokens, 2 blocks), but only one block is free.
+            vec![(1, 1, 5, true)],
+            vec![(1, 1, 6, true)],
+            vec![(1, 1, 7, true)],
+            vec![(1, 1, 8, true)],
+            vec![(2, 5, 0, true)],
+            vec![(2, 1, 5, true)],
+            vec![(2, 1, 6, true)],
+            vec![(2, 1, 7, true)],
+            vec![(2, 1, 8, true)],
+        ]
+    );
+    assert_eq!(s.counters().preemptions, 1);
+    let second = finished.iter().find(|f| f.key == 2).unwrap();
+    assert_eq!(second.token_times_us, vec![1, 7, 8, 9, 10, 11]);
+    assert_eq!(second.num_preemptions, 1);
+}
+
+#[test]
+fn requests_longer_than_max_model_len_are_refused_on_arrival() {
+    let mut s = Scheduler::new(limits(8, 100, 12), KvCacheManager::new(4, 4, 12));
+    let refusal = s.add_request(&request(1, 8, 5)).unwrap_err();
+    assert_eq!(refusal.reason(), "exceeds_max_model_len");
+    assert!(!s.has_work());
+}
