@@ -1,1 +1,24 @@
-//! placeholder
+//! The actors of a simulated LLM serving cluster, and the assembly of a scenario into them.
+//!
+//! A request's path is client → router → engine → router → client, as messages under the
+//! kernel's virtual clock, per request and never per token. [`Client`]s generate calls;
+//! the [`RouterHost`] picks an engine for each; each [`EngineHost`] adapts one engine instance
+//! (a plain state machine from `blis-engines`) to messages and prices its steps through the cost
+//! model. [`assemble`] turns a scenario into these actors; [`run`] runs it and accounts for every
+//! request's fate.
+
+mod assembly;
+mod client;
+mod engine_host;
+mod message;
+mod metrics;
+mod router_host;
+mod run;
+
+pub use assembly::{AssembledCluster, assemble};
+pub use client::Client;
+pub use engine_host::EngineHost;
+pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
+pub use metrics::{metrics, summarise_us};
+pub use router_host::RouterHost;
+pub use run::{DEFAULT_SEED, Progress, RunError, RunOptions, RunOutput, run};

@@ -1,14 +1,23 @@
 //! `blis-actor`: the command line of the simulator.
 //!
-//! Until the first cluster slice lands, `run` runs the kernel's worked example, an M/M/1 queue,
-//! and compares its mean wait with queueing theory.
+//! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
+//! to files and stdout; progress and logs go to stderr.
 
-use blis_kernel::toys::mm1::{self, Mm1Config};
-use blis_kernel::{Assembly, HostKind, Streams};
-use clap::{Parser, Subcommand};
+mod summary;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use blis_actors::{Progress, RunError, RunOptions, RunOutput};
+use blis_kernel::HostKind;
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// The default scenario, compiled in.
+const DEFAULT_SCENARIO: &str = include_str!("../../fixtures/scenarios/default.yaml");
 
 #[derive(Parser)]
-#[command(name = "blis-actor", version, about = "Simulate LLM serving clusters")]
+#[command(name = "blis-actor", version, about = "Simulate LLM serving clusters in seconds")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,50 +25,115 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the M/M/1 example (λ = 1/ms, μ = 1/0.7 ms, 100,000 jobs).
+    /// Run a scenario (the embedded default scenario when none is given).
     Run {
-        /// The run seed.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        /// Scenario file (YAML). Without it, the default scenario runs.
+        scenario: Option<PathBuf>,
+        /// Run seed; overrides the scenario's.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Directory for result.json and calls.jsonl.
+        #[arg(long, default_value = "out")]
+        out: PathBuf,
+        /// Kernel host: inline calls (fast) or one tokio task per actor (parity check).
+        #[arg(long, value_enum, default_value_t = Host::Inline)]
+        host: Host,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
     },
 }
 
-fn main() -> std::process::ExitCode {
+#[derive(Clone, Copy, ValueEnum)]
+enum Host {
+    Inline,
+    Tasks,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { seed } => {
-            let config = Mm1Config { mean_gap_us: 1_000.0, mean_service_us: 700.0, jobs: 100_000 };
-            let mut assembly = Assembly::new();
-            let ids = match mm1::assemble(&mut assembly, config, Streams::new(seed)) {
-                Ok(ids) => ids,
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    return std::process::ExitCode::FAILURE;
-                }
+        Command::Run { scenario, seed, out, host, quiet } => {
+            let host = match host {
+                Host::Inline => HostKind::Inline,
+                Host::Tasks => HostKind::Tasks,
             };
-            let outcome = assembly.build(HostKind::Inline).map_err(|e| e.to_string()).and_then(|mut sim| {
-                sim.run().map_err(|e| e.to_string())?;
-                Ok(sim.finish())
-            });
-            match outcome {
-                Ok(mut finished) => {
-                    let server =
-                        finished.take_actor::<mm1::Server>(ids.server).expect("the server is an mm1::Server");
-                    let waits = server.waits_us();
-                    let mean = waits.iter().map(|&w| w as f64).sum::<f64>() / waits.len() as f64;
-                    println!(
-                        "M/M/1, {} jobs: mean wait {:.1} µs (analytic ρ/(μ−λ) = {:.1} µs)",
-                        waits.len(),
-                        mean,
-                        config.analytic_mean_wait_us()
-                    );
-                    std::process::ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    std::process::ExitCode::FAILURE
-                }
-            }
+            run(scenario.as_deref(), RunOptions { seed, host }, &out, quiet)
         }
     }
+}
+
+fn run(scenario: Option<&Path>, options: RunOptions, out: &Path, quiet: bool) -> ExitCode {
+    let (source, text) = match scenario {
+        None => ("default scenario".to_owned(), DEFAULT_SCENARIO.to_owned()),
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (path.display().to_string(), text),
+            Err(error) => {
+                eprintln!("error: {}: cannot read the scenario: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    tracing::info!(scenario = %source, "running");
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} requests answered, {msg} simulated, {elapsed} wall",
+        )
+        .expect("the progress template is valid"),
+    );
+    let outcome = blis_actors::run(&text, options, &mut |p: Progress| {
+        bar.set_length(p.total);
+        bar.set_position(p.answered);
+        bar.set_message(format!("{:.1} s", p.simulated.as_secs_f64()));
+    });
+    bar.finish_and_clear();
+    match outcome {
+        Ok(output) => match write_outputs(&output, out) {
+            Ok(()) => {
+                print!("{}", summary::render(&output));
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                eprintln!(
+                    "wrote {} and {}",
+                    out.join("result.json").display(),
+                    out.join("calls.jsonl").display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {}: cannot write the outputs: {error}", out.display());
+                ExitCode::FAILURE
+            }
+        },
+        Err(RunError::Input(error)) => {
+            eprintln!("error: {source}: {error}");
+            ExitCode::from(2)
+        }
+        Err(error @ RunError::Kernel(_)) => {
+            eprintln!("error: {source}: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_outputs(output: &RunOutput, out: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(out)?;
+    let mut result = serde_json::to_vec_pretty(&output.result).map_err(std::io::Error::other)?;
+    result.push(b'\n');
+    std::fs::write(out.join("result.json"), result)?;
+    let mut calls = std::io::BufWriter::new(std::fs::File::create(out.join("calls.jsonl"))?);
+    for call in &output.calls {
+        serde_json::to_writer(&mut calls, call).map_err(std::io::Error::other)?;
+        calls.write_all(b"\n")?;
+    }
+    calls.flush()
 }

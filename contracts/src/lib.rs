@@ -24,6 +24,10 @@ pub use engine::{
 };
 pub use error::{FieldError, join_path};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
-pub use result::{FateCounts, LatencySummary, Metrics, RESULT_SCHEMA, RunResult, ScenarioRecord, SimulationRecord};
-pub use scenario::{Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario};
+pub use result::{
+    FateCounts, LatencySummary, Metrics, RESULT_SCHEMA, RunResult, ScenarioRecord, SimulationRecord,
+};
+pub use scenario::{
+    Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,
+};
 pub use workload::{Arrival, ClientSpec, LengthDist, Workload};

@@ -152,13 +152,24 @@ impl Scenario {
             let path = format!("cluster.pools[{i}]");
             check_name(&pool.name, &format!("{path}.name"))?;
             if self.cluster.pools[..i].iter().any(|p| p.name == pool.name) {
-                return Err(FieldError::new(format!("{path}.name"), &pool.name, "another pool has this name"));
+                return Err(FieldError::new(
+                    format!("{path}.name"),
+                    &pool.name,
+                    "another pool has this name",
+                ));
             }
             if pool.replicas == 0 {
-                return Err(FieldError::new(format!("{path}.replicas"), 0, "a pool needs at least one engine"));
+                return Err(FieldError::new(
+                    format!("{path}.replicas"),
+                    0,
+                    "a pool needs at least one engine",
+                ));
             }
             if !matches!(pool.engine.args, YamlValue::Mapping(_)) {
-                return Err(FieldError::at(format!("{path}.engine.args"), "must be a mapping of argument names to values"));
+                return Err(FieldError::at(
+                    format!("{path}.engine.args"),
+                    "must be a mapping of argument names to values",
+                ));
             }
         }
         self.workload.validate()
@@ -171,7 +182,11 @@ pub(crate) fn check_name(name: &str, path: &str) -> Result<(), FieldError> {
         return Err(FieldError::new(path, "\"\"", "a name cannot be empty"));
     }
     if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-        return Err(FieldError::new(path, format!("{name:?}"), "names use only letters, digits, '-', '_' and '.'"));
+        return Err(FieldError::new(
+            path,
+            format!("{name:?}"),
+            "names use only letters, digits, '-', '_' and '.'",
+        ));
     }
     Ok(())
 }

@@ -29,9 +29,9 @@ pub struct ClientSpec {
     pub output_tokens: LengthDist,
 }
 
-/// Arrival processes.
+/// Arrival processes, written `{process: poisson, rate_per_s: 20}`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, tag = "process", rename_all = "kebab-case")]
 pub enum Arrival {
     /// Exponential gaps at a mean rate; the first request arrives after the first gap.
     Poisson {
@@ -40,12 +40,16 @@ pub enum Arrival {
     },
 }
 
-/// Distributions of a token count.
+/// Distributions of a token count, written `{dist: constant, value: 256}` or
+/// `{dist: uniform, min: 128, max: 2048}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, tag = "dist", rename_all = "kebab-case")]
 pub enum LengthDist {
     /// Always this many.
-    Constant(u32),
+    Constant {
+        /// The count.
+        value: u32,
+    },
     /// Uniform on the integers `min..=max`.
     Uniform {
         /// Smallest value.
@@ -59,22 +63,22 @@ impl LengthDist {
     /// The largest value it can take.
     pub fn max(self) -> u32 {
         match self {
-            LengthDist::Constant(n) => n,
+            LengthDist::Constant { value } => value,
             LengthDist::Uniform { max, .. } => max,
         }
     }
 
     fn validate(self, path: &str) -> Result<(), FieldError> {
         match self {
-            LengthDist::Constant(0) => Err(FieldError::new(format!("{path}.constant"), 0, "must be at least 1 token")),
-            LengthDist::Uniform { min: 0, .. } => {
-                Err(FieldError::new(format!("{path}.uniform.min"), 0, "must be at least 1 token"))
+            LengthDist::Constant { value: 0 } => {
+                Err(FieldError::new(format!("{path}.value"), 0, "must be at least 1 token"))
             }
-            LengthDist::Uniform { min, max } if min > max => Err(FieldError::new(
-                format!("{path}.uniform.max"),
-                max,
-                format!("must not be below min ({min})"),
-            )),
+            LengthDist::Uniform { min: 0, .. } => {
+                Err(FieldError::new(format!("{path}.min"), 0, "must be at least 1 token"))
+            }
+            LengthDist::Uniform { min, max } if min > max => {
+                Err(FieldError::new(format!("{path}.max"), max, format!("must not be below min ({min})")))
+            }
             _ => Ok(()),
         }
     }
@@ -91,7 +95,11 @@ impl Workload {
             let path = format!("workload.clients[{i}]");
             check_name(&client.name, &format!("{path}.name"))?;
             if self.clients[..i].iter().any(|c| c.name == client.name) {
-                return Err(FieldError::new(format!("{path}.name"), &client.name, "another client has this name"));
+                return Err(FieldError::new(
+                    format!("{path}.name"),
+                    &client.name,
+                    "another client has this name",
+                ));
             }
             if client.requests == 0 {
                 return Err(FieldError::new(format!("{path}.requests"), 0, "must be at least 1"));
@@ -99,7 +107,7 @@ impl Workload {
             match client.arrival {
                 Arrival::Poisson { rate_per_s } if !(rate_per_s.is_finite() && rate_per_s > 0.0) => {
                     return Err(FieldError::new(
-                        format!("{path}.arrival.poisson.rate_per_s"),
+                        format!("{path}.arrival.rate_per_s"),
                         rate_per_s,
                         "must be a positive number of requests per second",
                     ));

@@ -47,9 +47,19 @@ pub struct Roofline {
 }
 
 impl Roofline {
+    /// The roofline of a pool's plan on `chip`.
+    pub fn for_plan(chip: &Chip, plan: &PoolPlan) -> Roofline {
+        Roofline::new(chip, &plan.model, plan.layout.tensor, plan.kv.dtype.bytes())
+    }
+
     /// The roofline of `model` on `chip`, split over `tensor_parallel` GPUs, with a KV cache of
     /// `kv_element_bytes` per element.
-    pub fn new(chip: &Chip, model: &ModelArchitecture, tensor_parallel: u32, kv_element_bytes: u64) -> Roofline {
+    pub fn new(
+        chip: &Chip,
+        model: &ModelArchitecture,
+        tensor_parallel: u32,
+        kv_element_bytes: u64,
+    ) -> Roofline {
         let tp = f64::from(tensor_parallel);
         let counts = ParameterCounts::of(model);
         let weight_bytes = model.weight_dtype.bytes() as f64;
@@ -61,7 +71,9 @@ impl Roofline {
             peak_flops: chip.bf16_dense_flops.value,
             bandwidth: chip.hbm_bandwidth.value,
             capacity_bytes: chip.hbm_capacity.value as u64,
-            streamed_weight_bytes: counts.streamed(model.num_layers, model.tie_word_embeddings) * weight_bytes / tp,
+            streamed_weight_bytes: counts.streamed(model.num_layers, model.tie_word_embeddings)
+                * weight_bytes
+                / tp,
             resident_weight_bytes: counts.total(model.num_layers) * weight_bytes / tp,
             linear_flops_per_token: 2.0 * layers * counts.active_linear_per_layer / tp,
             logits_flops_per_sample: 2.0 * h * f64::from(model.vocab_size) / tp,
@@ -98,7 +110,8 @@ impl Environment for Roofline {
     fn price(&self, step: &StepShape) -> StepPrice {
         let t = &step.totals;
         let tokens = step.padded_tokens as f64;
-        let pairs = t.prefill_attention_pairs_x2 as f64 / 2.0 + (t.decode_context_tokens + u64::from(t.decode_requests)) as f64;
+        let pairs = t.prefill_attention_pairs_x2 as f64 / 2.0
+            + (t.decode_context_tokens + u64::from(t.decode_requests)) as f64;
         let flops = tokens * self.linear_flops_per_token
             + f64::from(t.sampled_tokens) * self.logits_flops_per_sample
             + pairs * self.attention_flops_per_pair;

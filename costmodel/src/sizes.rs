@@ -70,7 +70,11 @@ impl ParameterCounts {
 
 /// KV-cache bytes one token takes on each GPU over all layers, with KV heads split over the
 /// tensor-parallel ranks (replicated when there are fewer heads than ranks).
-pub fn kv_bytes_per_token_per_gpu(model: &ModelArchitecture, tensor_parallel: u32, element_bytes: u64) -> u64 {
+pub fn kv_bytes_per_token_per_gpu(
+    model: &ModelArchitecture,
+    tensor_parallel: u32,
+    element_bytes: u64,
+) -> u64 {
     let heads_per_gpu = (u64::from(model.num_kv_heads) / u64::from(tensor_parallel)).max(1);
     2 * u64::from(model.num_layers) * heads_per_gpu * u64::from(model.head_dim) * element_bytes
 }

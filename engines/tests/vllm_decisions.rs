@@ -59,12 +59,7 @@ fn a_long_prompt_is_chunked_by_the_token_budget() {
     let (steps, finished) = run(&mut s);
     assert_eq!(
         steps,
-        vec![
-            vec![(1, 8, 0, false)],
-            vec![(1, 8, 8, false)],
-            vec![(1, 4, 16, true)],
-            vec![(1, 1, 20, true)],
-        ]
+        vec![vec![(1, 8, 0, false)], vec![(1, 8, 8, false)], vec![(1, 4, 16, true)], vec![(1, 1, 20, true)],]
     );
     assert_eq!(times(&finished, 1), vec![3, 4]);
 }

@@ -48,7 +48,11 @@ impl Catalog {
         }
         for (i, chip) in chips.iter().enumerate() {
             if chips[..i].iter().any(|c| c.name == chip.name) {
-                return Err(FieldError::new(format!("chips.yaml.chips[{i}].name"), &chip.name, "listed twice"));
+                return Err(FieldError::new(
+                    format!("chips.yaml.chips[{i}].name"),
+                    &chip.name,
+                    "listed twice",
+                ));
             }
         }
         for (i, model) in loaded.iter().enumerate() {

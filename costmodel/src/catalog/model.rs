@@ -80,7 +80,8 @@ impl HfConfig {
         let num_layers = required(self.num_hidden_layers, "num_hidden_layers")?;
         let hidden_size = required(self.hidden_size, "hidden_size")?;
         let num_attention_heads = required(self.num_attention_heads, "num_attention_heads")?;
-        let num_kv_heads = required(self.num_key_value_heads.or(Some(num_attention_heads)), "num_key_value_heads")?;
+        let num_kv_heads =
+            required(self.num_key_value_heads.or(Some(num_attention_heads)), "num_key_value_heads")?;
         if num_attention_heads % num_kv_heads != 0 {
             return Err(FieldError::new(
                 "num_key_value_heads",
@@ -102,7 +103,9 @@ impl HfConfig {
             Some("bfloat16") => Dtype::Bfloat16,
             Some("float16") => Dtype::Float16,
             Some("float32") => Dtype::Float32,
-            Some(other) => return Err(FieldError::new("torch_dtype", other, "not a weight format the catalog knows")),
+            Some(other) => {
+                return Err(FieldError::new("torch_dtype", other, "not a weight format the catalog knows"));
+            }
             None => return Err(FieldError::at("torch_dtype", "missing from the model config")),
         };
         let attention = match (self.sliding_window, self.use_sliding_window) {
@@ -112,7 +115,11 @@ impl HfConfig {
         let intermediate_size = required(self.intermediate_size, "intermediate_size")?;
         let moe = match (self.num_local_experts, self.num_experts_per_tok) {
             (Some(experts), Some(per_token)) if experts > 0 && per_token > 0 && per_token <= experts => {
-                Some(MoeLayout { experts, experts_per_token: per_token, expert_intermediate_size: intermediate_size })
+                Some(MoeLayout {
+                    experts,
+                    experts_per_token: per_token,
+                    expert_intermediate_size: intermediate_size,
+                })
             }
             (None, None) => None,
             (experts, per_token) => {

@@ -99,18 +99,36 @@ impl VllmArgs {
         let at = |field: &str| format!("{path}.{field}");
         require_explicit(self.enable_prefix_caching, false, &at("enable_prefix_caching"), "prefix caching")?;
         require_explicit(self.async_scheduling, false, &at("async_scheduling"), "asynchronous scheduling")?;
-        require_explicit(self.enforce_eager, true, &at("enforce_eager"), "CUDA graphs (enforce_eager: false)")?;
+        require_explicit(
+            self.enforce_eager,
+            true,
+            &at("enforce_eager"),
+            "CUDA graphs (enforce_eager: false)",
+        )?;
         if let Some(pp) = self.pipeline_parallel_size.filter(|&pp| pp != 1) {
-            return Err(FieldError::new(at("pipeline_parallel_size"), pp, "pipeline parallelism is not modelled yet; only 1 is accepted"));
+            return Err(FieldError::new(
+                at("pipeline_parallel_size"),
+                pp,
+                "pipeline parallelism is not modelled yet; only 1 is accepted",
+            ));
         }
         let policy = self.scheduling_policy.clone().unwrap_or_else(|| "fcfs".to_owned());
         if policy != "fcfs" {
-            return Err(FieldError::new(at("scheduling_policy"), &policy, "only the fcfs policy is modelled yet"));
+            return Err(FieldError::new(
+                at("scheduling_policy"),
+                &policy,
+                "only the fcfs policy is modelled yet",
+            ));
         }
         if let Some(dtype) = self.kv_cache_dtype.as_deref().filter(|&d| d != "auto") {
-            return Err(FieldError::new(at("kv_cache_dtype"), dtype, "only `auto` (the model's dtype) is modelled yet"));
+            return Err(FieldError::new(
+                at("kv_cache_dtype"),
+                dtype,
+                "only `auto` (the model's dtype) is modelled yet",
+            ));
         }
-        let tensor_parallel_size = positive(self.tensor_parallel_size.unwrap_or(1), &at("tensor_parallel_size"))?;
+        let tensor_parallel_size =
+            positive(self.tensor_parallel_size.unwrap_or(1), &at("tensor_parallel_size"))?;
         if model.num_attention_heads % tensor_parallel_size != 0 {
             return Err(FieldError::new(
                 at("tensor_parallel_size"),
@@ -124,7 +142,8 @@ impl VllmArgs {
         // vLLM's get_batch_defaults for `vllm serve` (OPENAI_API_SERVER usage context): GPUs
         // with at least 70 GiB that are not A100s get 8192 tokens and 1024 sequences; others
         // 2048 and 256.
-        let large_device = device.capacity_bytes >= 70 << 30 && !device.name.to_ascii_lowercase().contains("a100");
+        let large_device =
+            device.capacity_bytes >= 70 << 30 && !device.name.to_ascii_lowercase().contains("a100");
         let (default_tokens, default_seqs) = if large_device { (8192, 1024) } else { (2048, 256) };
         let max_num_seqs = positive(self.max_num_seqs.unwrap_or(default_seqs), &at("max_num_seqs"))?;
         let max_num_batched_tokens =
@@ -142,7 +161,11 @@ impl VllmArgs {
         }
         let block_size = self.block_size.unwrap_or(16);
         if ![1, 8, 16, 32, 64, 128].contains(&block_size) {
-            return Err(FieldError::new(at("block_size"), block_size, "vLLM accepts 1, 8, 16, 32, 64 or 128"));
+            return Err(FieldError::new(
+                at("block_size"),
+                block_size,
+                "vLLM accepts 1, 8, 16, 32, 64 or 128",
+            ));
         }
         let gpu_memory_utilization = self.gpu_memory_utilization.unwrap_or(0.9);
         if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
@@ -155,13 +178,19 @@ impl VllmArgs {
         if let Some(blocks) = self.num_gpu_blocks_override
             && blocks < 2
         {
-            return Err(FieldError::new(at("num_gpu_blocks_override"), blocks, "at least 2 blocks (one is the null block)"));
+            return Err(FieldError::new(
+                at("num_gpu_blocks_override"),
+                blocks,
+                "at least 2 blocks (one is the null block)",
+            ));
         }
         if max_num_batched_tokens < max_num_seqs {
             return Err(FieldError::new(
                 at("max_num_batched_tokens"),
                 max_num_batched_tokens,
-                format!("max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to max_num_seqs ({max_num_seqs})."),
+                format!(
+                    "max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
+                ),
             ));
         }
         let enable_chunked_prefill = self.enable_chunked_prefill.unwrap_or(true);
@@ -199,10 +228,19 @@ fn positive(value: u32, path: &str) -> Result<u32, FieldError> {
 
 /// A feature this build does not model yet, whose upstream default differs from what the build
 /// does: the scenario must state the modelled value, so nothing degrades silently.
-fn require_explicit(value: Option<bool>, modelled: bool, path: &str, feature: &str) -> Result<(), FieldError> {
+fn require_explicit(
+    value: Option<bool>,
+    modelled: bool,
+    path: &str,
+    feature: &str,
+) -> Result<(), FieldError> {
     match value {
         Some(v) if v == modelled => Ok(()),
-        Some(v) => Err(FieldError::new(path, v, format!("{feature} is not modelled by this build yet; set {modelled}"))),
+        Some(v) => Err(FieldError::new(
+            path,
+            v,
+            format!("{feature} is not modelled by this build yet; set {modelled}"),
+        )),
         None => Err(FieldError::at(
             path,
             format!(

@@ -16,4 +16,6 @@ pub use engine::VllmEngine;
 pub use kv_cache_manager::KvCacheManager;
 pub use plan::{KvBudget, VllmPlan, plan};
 pub use request::{EngineRequest, Status};
-pub use scheduler::{FinishReason, FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerLimits};
+pub use scheduler::{
+    FinishReason, FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerLimits,
+};

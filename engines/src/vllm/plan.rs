@@ -51,15 +51,17 @@ pub struct VllmPlan {
     pub budget: KvBudget,
 }
 
-/// Plan a pool of `model` on `device` from the scenario's `args`, asking `env` for memory;
-/// `pool_path` is the pool's place in the scenario (e.g. `cluster.pools[0]`).
+/// Plan a pool of `model` on `device` from the scenario's `args`; `environment` builds the
+/// Environment for the lowered plan (before the KV budget is known), which is asked for memory
+/// and returned for pricing. `pool_path` is the pool's place in the scenario (e.g.
+/// `cluster.pools[0]`).
 pub fn plan(
     args: &VllmArgs,
     model: &ModelArchitecture,
     device: DeviceClass<'_>,
-    env: &dyn Environment,
+    environment: impl FnOnce(&PoolPlan) -> Box<dyn Environment>,
     pool_path: &str,
-) -> Result<VllmPlan, FieldError> {
+) -> Result<(VllmPlan, Box<dyn Environment>), FieldError> {
     if let AttentionKind::SlidingWindow { window } = model.attention {
         return Err(FieldError::new(
             format!("{pool_path}.model"),
@@ -83,14 +85,21 @@ pub fn plan(
         chip: device.name.to_owned(),
         model: model.clone(),
         layout: ParallelLayout { tensor: tp, pipeline: 1, data: 1 },
-        kv: KvPlan { block_size: config.block_size, dtype: kv_dtype, bytes_per_block_per_gpu: bytes_per_block, num_blocks: 0 },
+        kv: KvPlan {
+            block_size: config.block_size,
+            dtype: kv_dtype,
+            bytes_per_block_per_gpu: bytes_per_block,
+            num_blocks: 0,
+        },
         max_num_batched_tokens: config.max_num_batched_tokens,
         max_num_seqs: config.max_num_seqs,
         graphs: GraphPolicy::Eager,
         steps_in_flight: 1,
     };
+    let env = environment(&pool);
     let footprint = env.memory(&pool);
-    let requested_bytes = (footprint.gpu_capacity_bytes as f64 * config.gpu_memory_utilization).floor() as u64;
+    let requested_bytes =
+        (footprint.gpu_capacity_bytes as f64 * config.gpu_memory_utilization).floor() as u64;
     let used = footprint.weights_bytes
         + footprint.activation_peak_bytes
         + footprint.non_torch_bytes
@@ -129,7 +138,11 @@ pub fn plan(
     let num_gpu_blocks = config.num_gpu_blocks_override.map_or(blocks_from_memory, u64::from);
     let blocks_per_request = u64::from(config.max_model_len).div_ceil(u64::from(config.block_size));
     if num_gpu_blocks.saturating_sub(1) < blocks_per_request || num_gpu_blocks > u64::from(u32::MAX - 1) {
-        let field = if config.num_gpu_blocks_override.is_some() { "num_gpu_blocks_override" } else { "max_model_len" };
+        let field = if config.num_gpu_blocks_override.is_some() {
+            "num_gpu_blocks_override"
+        } else {
+            "max_model_len"
+        };
         return Err(FieldError::new(
             at(field),
             if field == "max_model_len" { u64::from(config.max_model_len) } else { num_gpu_blocks },
@@ -151,5 +164,5 @@ pub fn plan(
         num_gpu_blocks,
         kv_cache_tokens: num_gpu_blocks * u64::from(config.block_size),
     };
-    Ok(VllmPlan { config, pool, budget })
+    Ok((VllmPlan { config, pool, budget }, env))
 }

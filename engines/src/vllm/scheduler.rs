@@ -136,7 +136,11 @@ impl Scheduler {
             return Err(Rejection::EmptyPrompt);
         }
         if u64::from(prompt) + u64::from(max_tokens) > u64::from(self.limits.max_model_len) {
-            return Err(Rejection::ExceedsMaxModelLen { prompt, max_tokens, max_model_len: self.limits.max_model_len });
+            return Err(Rejection::ExceedsMaxModelLen {
+                prompt,
+                max_tokens,
+                max_model_len: self.limits.max_model_len,
+            });
         }
         let state = Request::new(request);
         let slot = match self.free_slots.pop() {

@@ -1,0 +1,126 @@
+//! The messages of a simulated cluster and their class table.
+//!
+//! Messages are per request, never per token: a request travels client → router → engine, and
+//! its completion (with the exact time of every token) or its rejection travels back the same
+//! way.
+
+use std::sync::Arc;
+
+use blis_engines::vllm::EngineRequest;
+use blis_kernel::{ActorId, Message, MessageClass};
+
+/// Every message kind of the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterMessage {
+    /// A new LLM call, from a client towards an engine.
+    Request(Box<CallRequest>),
+    /// A finished call, from its engine back towards its client.
+    Completion(Box<CallCompletion>),
+    /// A call an engine refused, back towards its client.
+    Rejection(Box<CallRejection>),
+}
+
+impl Message for ClusterMessage {
+    /// The class table: which message an actor sees first among those delivered at the same
+    /// time. Answers before new work, so an actor settles what finished before it takes on more
+    /// (a client or router frees its state first; nothing is decided on stale counts).
+    fn class(&self) -> MessageClass {
+        match self {
+            ClusterMessage::Completion(_) => MessageClass(0),
+            ClusterMessage::Rejection(_) => MessageClass(1),
+            ClusterMessage::Request(_) => MessageClass(2),
+        }
+    }
+}
+
+/// A call on its way to an engine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallRequest {
+    /// Where the answer goes.
+    pub client: ActorId,
+    /// The request as the engine receives it (its `arrival_us` is when the client sent it).
+    pub request: EngineRequest,
+}
+
+/// A call an engine finished.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallCompletion {
+    /// The request's key.
+    pub key: u64,
+    /// Where the answer goes.
+    pub client: ActorId,
+    /// The engine instance that served it.
+    pub instance: Arc<str>,
+    /// When the engine produced each output token, µs.
+    pub token_times_us: Vec<u64>,
+    /// How many times it was preempted.
+    pub num_preemptions: u32,
+}
+
+/// A call an engine refused.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallRejection {
+    /// The request's key.
+    pub key: u64,
+    /// Where the answer goes.
+    pub client: ActorId,
+    /// The engine instance that refused it.
+    pub instance: Arc<str>,
+    /// Why, e.g. `exceeds_max_model_len`.
+    pub reason: &'static str,
+}
+
+impl ClusterMessage {
+    /// The client a message concerns.
+    pub fn client(&self) -> ActorId {
+        match self {
+            ClusterMessage::Request(m) => m.client,
+            ClusterMessage::Completion(m) => m.client,
+            ClusterMessage::Rejection(m) => m.client,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_class_table_orders_answers_before_new_work_and_is_one_to_one() {
+        let request = ClusterMessage::Request(Box::new(CallRequest {
+            client: ActorId(0),
+            request: EngineRequest {
+                key: 0,
+                prompt_token_ids: Arc::from(vec![1u32]),
+                output_token_ids: Arc::from(vec![1u32]),
+                arrival_us: 0,
+            },
+        }));
+        let completion = ClusterMessage::Completion(Box::new(CallCompletion {
+            key: 0,
+            client: ActorId(0),
+            instance: Arc::from("e"),
+            token_times_us: vec![],
+            num_preemptions: 0,
+        }));
+        let rejection = ClusterMessage::Rejection(Box::new(CallRejection {
+            key: 0,
+            client: ActorId(0),
+            instance: Arc::from("e"),
+            reason: "x",
+        }));
+        // The expected table, written out. The match is exhaustive: a new variant does not
+        // compile until it is given its place here.
+        let expected = |m: &ClusterMessage| match m {
+            ClusterMessage::Completion(_) => 0,
+            ClusterMessage::Rejection(_) => 1,
+            ClusterMessage::Request(_) => 2,
+        };
+        for message in [&completion, &rejection, &request] {
+            assert_eq!(message.class().0, expected(message));
+        }
+        let mut classes: Vec<u16> = [&completion, &rejection, &request].iter().map(|m| m.class().0).collect();
+        classes.dedup();
+        assert_eq!(classes.len(), 3, "two kinds share a class");
+    }
+}

@@ -1,0 +1,58 @@
+//! The router host: adapts the router's picker to messages.
+//!
+//! Requests from clients go to the picked engine; completions and rejections pass back through
+//! to their client. The router learns nothing of the engines except what passes through it.
+
+use blis_kernel::{Actor, ActorId, Context, Event, Outbox, SimDuration, TimeAdvance};
+use blis_router::RoundRobin;
+
+use crate::message::ClusterMessage;
+
+/// The router in front of the engines.
+pub struct RouterHost {
+    engines: Vec<ActorId>,
+    picker: RoundRobin,
+    delay_to_engine: SimDuration,
+    delay_to_client: SimDuration,
+    routed: u64,
+}
+
+impl RouterHost {
+    /// A round-robin router over `engines` (in name order) with one-way delays to each side.
+    pub fn new(
+        engines: Vec<ActorId>,
+        delay_to_engine: SimDuration,
+        delay_to_client: SimDuration,
+    ) -> RouterHost {
+        RouterHost { engines, picker: RoundRobin::default(), delay_to_engine, delay_to_client, routed: 0 }
+    }
+}
+
+impl Actor<ClusterMessage> for RouterHost {
+    fn time_advance(&self) -> TimeAdvance {
+        TimeAdvance::Passive
+    }
+
+    fn transition(
+        &mut self,
+        _ctx: &Context,
+        event: Event<'_, ClusterMessage>,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
+        let (Event::External(bag) | Event::Confluent(bag)) = event else { return };
+        for envelope in bag {
+            match envelope.payload {
+                request @ ClusterMessage::Request(_) => {
+                    let engine = self.engines[self.picker.pick(self.engines.len())];
+                    self.routed += 1;
+                    out.send(engine, self.delay_to_engine, request);
+                }
+                answer => out.send(answer.client(), self.delay_to_client, answer),
+            }
+        }
+    }
+
+    fn describe(&self, description: &mut blis_kernel::Description) {
+        description.arg("routed", self.routed);
+    }
+}

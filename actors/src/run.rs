@@ -1,0 +1,173 @@
+//! Running a scenario end to end: parse, assemble, simulate, account for every request.
+
+use std::cell::Cell;
+use std::fmt;
+use std::rc::Rc;
+
+use blis_contracts::{
+    CallRecord, Fate, FateCounts, FieldError, RESULT_SCHEMA, RunResult, Scenario, ScenarioRecord,
+    SimulationRecord,
+};
+use blis_costmodel::Catalog;
+use blis_kernel::{ActorId, Envelope, HostKind, KernelError, Observer, RunEnd, SimDuration, SimTime};
+
+use crate::assembly::assemble;
+use crate::client::Client;
+use crate::engine_host::EngineHost;
+use crate::message::ClusterMessage;
+use crate::metrics::metrics;
+
+/// The seed used when neither the scenario nor the command line gives one.
+pub const DEFAULT_SEED: u64 = 1;
+
+/// How to run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    /// Overrides the scenario's seed.
+    pub seed: Option<u64>,
+    /// Which kernel host runs the actors.
+    pub host: HostKind,
+}
+
+/// How far a run has got, for a progress display.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Simulated time reached.
+    pub simulated: SimTime,
+    /// Calls answered (completed or refused) so far.
+    pub answered: u64,
+    /// Calls the clients will send in all.
+    pub total: u64,
+}
+
+/// What a run produces.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    /// The Result document.
+    pub result: RunResult,
+    /// One record per LLM call, clients in scenario order, calls in send order.
+    pub calls: Vec<CallRecord>,
+}
+
+/// Why a run did not produce a result.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunError {
+    /// The scenario was refused.
+    Input(FieldError),
+    /// The simulation could not go on.
+    Kernel(KernelError),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Input(e) => write!(f, "{e}"),
+            RunError::Kernel(e) => write!(f, "simulation failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Counts answers reaching clients, for progress.
+struct AnswerCounter {
+    clients: Vec<ActorId>,
+    answered: Rc<Cell<u64>>,
+}
+
+impl Observer<ClusterMessage> for AnswerCounter {
+    fn on_delivery(&mut self, envelope: &Envelope<ClusterMessage>) {
+        if !matches!(envelope.payload, ClusterMessage::Request(_))
+            && self.clients.binary_search(&envelope.to).is_ok()
+        {
+            self.answered.set(self.answered.get() + 1);
+        }
+    }
+}
+
+/// Simulated time between progress reports.
+const PROGRESS_EVERY: SimDuration = SimDuration::from_secs(1);
+
+/// Run the scenario in `text`, reporting progress every simulated second.
+pub fn run(
+    text: &str,
+    options: RunOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<RunOutput, RunError> {
+    let scenario = Scenario::parse(text).map_err(RunError::Input)?;
+    let seed = options.seed.or(scenario.seed).unwrap_or(DEFAULT_SEED);
+    let catalog = Catalog::embedded();
+    let cluster = assemble(&scenario, seed, &catalog, options.host).map_err(RunError::Input)?;
+    let mut simulation = cluster.simulation;
+    let answered = Rc::new(Cell::new(0));
+    let mut clients_sorted = cluster.clients.clone();
+    clients_sorted.sort();
+    simulation.observe(AnswerCounter { clients: clients_sorted, answered: answered.clone() });
+    let total: u64 = scenario.workload.clients.iter().map(|c| c.requests).sum();
+    let horizon = match scenario.horizon_s {
+        Some(h) => SimDuration::from_secs_ceil(h)
+            .map(|d| SimTime::ZERO.saturating_add(d))
+            .map_err(|e| RunError::Input(FieldError::new("horizon_s", h, e.to_string())))?,
+        None => SimTime::MAX,
+    };
+    let mut checkpoint = SimTime::ZERO;
+    let end = loop {
+        checkpoint = checkpoint.saturating_add(PROGRESS_EVERY).min(horizon);
+        let end = simulation.run_until(checkpoint).map_err(RunError::Kernel)?;
+        progress(Progress { simulated: simulation.now().time, answered: answered.get(), total });
+        match end {
+            RunEnd::Horizon { at } if at < horizon => continue,
+            end => break end,
+        }
+    };
+    let end_time = match end {
+        RunEnd::Horizon { at } => at,
+        RunEnd::Quiescent { at } | RunEnd::Halted { at, .. } => at,
+    };
+    let kernel_stats = simulation.stats();
+    let mut finished = simulation.finish();
+
+    let mut engine_steps = 0;
+    let mut started = Vec::new();
+    for &id in &cluster.engines {
+        let host = finished.take_actor::<EngineHost>(id).expect("engine ids hold engine hosts");
+        engine_steps += host.engine().counters().steps;
+        started.extend(host.engine().scheduler().held().filter(|&(_, s)| s).map(|(key, _)| key));
+        started.extend_from_slice(host.answered());
+    }
+    started.sort_unstable();
+    let mut calls = Vec::new();
+    let mut fates = FateCounts::default();
+    for &id in &cluster.clients {
+        let client = finished.take_actor::<Client>(id).expect("client ids hold clients");
+        calls.extend(client.records(|key| {
+            if started.binary_search(&key).is_ok() { Fate::InFlightAtHorizon } else { Fate::QueuedAtHorizon }
+        }));
+    }
+    for call in &calls {
+        fates.arrivals += 1;
+        match call.fate {
+            Fate::Completed => fates.completed += 1,
+            Fate::Dropped { .. } => fates.dropped += 1,
+            Fate::InFlightAtHorizon => fates.in_flight_at_horizon += 1,
+            Fate::QueuedAtHorizon => fates.queued_at_horizon += 1,
+        }
+    }
+    debug_assert!(fates.conserved());
+    let result = RunResult {
+        schema: RESULT_SCHEMA.to_owned(),
+        blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        seed,
+        engines: cluster.identities,
+        scenario: ScenarioRecord { given: text.to_owned(), resolved: cluster.resolved },
+        fates,
+        metrics: metrics(&calls),
+        simulation: SimulationRecord {
+            end_time_us: end_time.as_micros(),
+            engine_steps,
+            rounds: kernel_stats.rounds,
+            messages: kernel_stats.messages,
+        },
+    };
+    Ok(RunOutput { result, calls })
+}

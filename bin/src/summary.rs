@@ -1,0 +1,40 @@
+//! The readable summary printed on stdout after a run.
+
+use std::fmt::Write;
+
+use blis_actors::RunOutput;
+use blis_contracts::LatencySummary;
+
+/// The summary of a run: fates, latency table, throughput.
+pub fn render(output: &RunOutput) -> String {
+    let r = &output.result;
+    let f = &r.fates;
+    let mut s = String::new();
+    let engines: Vec<String> = r.engines.iter().map(|e| format!("{} {}", e.kind, e.version)).collect();
+    let _ = writeln!(s, "seed {}, engines: {}", r.seed, engines.join(", "));
+    let _ = writeln!(
+        s,
+        "fates: {} arrivals = {} completed + {} dropped + {} in flight + {} queued at the horizon",
+        f.arrivals, f.completed, f.dropped, f.in_flight_at_horizon, f.queued_at_horizon
+    );
+    let m = &r.metrics;
+    let _ =
+        writeln!(s, "{:<6} {:>10} {:>10} {:>10} {:>10} {:>9}", "ms", "mean", "p50", "p90", "p99", "samples");
+    let mut row = |name: &str, l: &LatencySummary| {
+        let _ = writeln!(
+            s,
+            "{name:<6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>9}",
+            l.mean, l.p50, l.p90, l.p99, l.count
+        );
+    };
+    row("TTFT", &m.ttft_ms);
+    row("TPOT", &m.tpot_ms);
+    row("ITL", &m.itl_ms);
+    row("E2E", &m.e2e_ms);
+    let _ = writeln!(
+        s,
+        "throughput: {:.1} output tokens/s, {:.2} requests/s over {:.1} s; {} engine steps",
+        m.output_tokens_per_s, m.requests_per_s, m.span_s, r.simulation.engine_steps
+    );
+    s
+}
