@@ -1,1 +1,26 @@
-fn main() {}
+//! Simulated requests per wall second for the default scenario (3,000 requests, two vLLM
+//! instances on H100). Figures in `docs/PERFORMANCE.md`.
+
+use std::hint::black_box;
+
+use blis_actors::{RunOptions, run};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+const DEFAULT: &str = include_str!("../../fixtures/scenarios/default.yaml");
+
+fn default_scenario(c: &mut Criterion) {
+    let requests =
+        run(DEFAULT, RunOptions::default(), &mut |_| {}).expect("the default scenario runs").calls.len();
+    let mut group = c.benchmark_group("scenario/default");
+    group.throughput(Throughput::Elements(requests as u64));
+    group.sample_size(20);
+    group.bench_function("inline", |b| {
+        b.iter(|| {
+            black_box(run(DEFAULT, RunOptions::default(), &mut |_| {}).expect("the default scenario runs"))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, default_scenario);
+criterion_main!(benches);

@@ -129,7 +129,7 @@ impl VllmArgs {
         }
         let tensor_parallel_size =
             positive(self.tensor_parallel_size.unwrap_or(1), &at("tensor_parallel_size"))?;
-        if model.num_attention_heads % tensor_parallel_size != 0 {
+        if !model.num_attention_heads.is_multiple_of(tensor_parallel_size) {
             return Err(FieldError::new(
                 at("tensor_parallel_size"),
                 tensor_parallel_size,

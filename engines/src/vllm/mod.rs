@@ -15,7 +15,7 @@ pub use block_pool::{BlockId, BlockPool};
 pub use engine::VllmEngine;
 pub use kv_cache_manager::KvCacheManager;
 pub use plan::{KvBudget, VllmPlan, plan};
-pub use request::{EngineRequest, Status};
+pub use request::EngineRequest;
 pub use scheduler::{
     FinishReason, FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerLimits,
 };

@@ -23,7 +23,7 @@ pub struct EngineRequest {
 
 /// Where a request stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// In the waiting queue, never scheduled.
     Waiting,
     /// In the running list.

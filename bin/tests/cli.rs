@@ -1,0 +1,73 @@
+//! The command line: exit codes, the refusal message, the files written.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn blis_actor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blis-actor")).args(args).output().expect("the binary runs")
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/../fixtures/tests/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("blis-actor-cli-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn a_bad_scenario_exits_2_with_one_message_naming_the_field() {
+    let output =
+        blis_actor(&["run", &fixture("negative-rate.yaml"), "--quiet", "--out", "/nonexistent/never"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("negative-rate.yaml: workload.clients[0].arrival.rate_per_s = -1:"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn a_missing_scenario_file_exits_2() {
+    let output = blis_actor(&["run", "/no/such/scenario.yaml", "--quiet"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8(output.stderr).unwrap().contains("cannot read the scenario"));
+}
+
+#[test]
+fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
+    let out = scratch("run");
+    let output = blis_actor(&[
+        "run",
+        &fixture("small.yaml"),
+        "--seed",
+        "3",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("fates: 50 arrivals = 50 completed"), "{stdout}");
+    for metric in ["TTFT", "TPOT", "ITL", "E2E", "throughput"] {
+        assert!(stdout.contains(metric), "{stdout}");
+    }
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["schema"], "blis-actor/result/v0");
+    assert_eq!(result["seed"], 3);
+    let calls = std::fs::read_to_string(out.join("calls.jsonl")).unwrap();
+    assert_eq!(calls.lines().count(), 50);
+    let first: serde_json::Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(first["request_id"], "a-0");
+    assert_eq!(
+        first["token_latency_us"].as_array().unwrap().len() as u64,
+        first["output_tokens"].as_u64().unwrap()
+    );
+    let _ = std::fs::remove_dir_all(out);
+}
