@@ -20,6 +20,7 @@
 use std::any::Any;
 
 use crate::message::{Envelope, Message};
+use crate::notes::Notes;
 use crate::observer::Description;
 use crate::time::{Instant, SimDuration, SimTime};
 
@@ -119,11 +120,12 @@ pub struct Outgoing<M> {
 pub struct Outbox<M> {
     pub(crate) messages: Vec<Outgoing<M>>,
     pub(crate) halt: Option<String>,
+    pub(crate) notes: Option<Notes>,
 }
 
 impl<M> Default for Outbox<M> {
     fn default() -> Self {
-        Outbox { messages: Vec::new(), halt: None }
+        Outbox { messages: Vec::new(), halt: None, notes: None }
     }
 }
 
@@ -141,6 +143,12 @@ impl<M: Message> Outbox<M> {
     /// The messages emitted so far in this call.
     pub fn messages(&self) -> &[Outgoing<M>] {
         &self.messages
+    }
+
+    /// Where to note what this transition did for a timeline; `None` when no observer asks,
+    /// so building notes costs nothing then.
+    pub fn notes(&mut self) -> Option<&mut Notes> {
+        self.notes.as_mut()
     }
 }
 

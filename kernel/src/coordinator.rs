@@ -193,8 +193,10 @@ impl<M: Message> Simulation<M> {
     }
 
     /// Attach an observer; it sees everything from the next round on.
-    pub fn observe(&mut self, observer: impl Observer<M> + 'static) {
+    pub fn observe(&mut self, mut observer: impl Observer<M> + 'static) {
         self.describe |= observer.wants_descriptions();
+        let names: Vec<&str> = self.book.iter().map(|b| b.name.as_str()).collect();
+        observer.on_start(&names);
         self.observers.push(Box::new(observer));
     }
 
@@ -288,8 +290,9 @@ impl<M: Message> Simulation<M> {
             book.flags = 0;
             work.ctx = Context { now: at, elapsed: at.time.saturating_since(book.last_transition) };
             work.bag_len = work.bag.len();
-            if self.describe && work.description.is_none() {
-                work.description = Some(Description::default());
+            if self.describe {
+                work.description.get_or_insert_with(Description::default);
+                work.outbox.notes.get_or_insert_with(Default::default).clear();
             }
             self.stats.transitions += 1;
             self.stats.messages += work.bag_len as u64;
@@ -398,6 +401,7 @@ impl<M: Message> Simulation<M> {
                 emitted,
                 next_internal: next,
                 description: work.description.as_ref(),
+                notes: work.outbox.notes.as_ref(),
             };
             for observer in &mut self.observers {
                 observer.on_transition(&record);

@@ -32,6 +32,11 @@ pub struct MessageClass(pub u16);
 pub trait Message: 'static {
     /// This message's class: its rank among messages delivered at the same time.
     fn class(&self) -> MessageClass;
+
+    /// A short name of the message's kind, for timelines and logs.
+    fn label(&self) -> &'static str {
+        "message"
+    }
 }
 
 /// A sender's position in the tie-break: the rank of its name among all actor names.

@@ -11,6 +11,7 @@ use std::any::Any;
 
 use crate::actor::ActorId;
 use crate::message::Envelope;
+use crate::notes::Notes;
 use crate::time::{Instant, SimDuration};
 
 /// Which transition an actor made.
@@ -45,6 +46,8 @@ pub struct TransitionRecord<'a> {
     pub next_internal: Option<Instant>,
     /// What the actor said about itself, when the observer asked.
     pub description: Option<&'a Description>,
+    /// What the actor noted about this transition, when the observer asked.
+    pub notes: Option<&'a Notes>,
 }
 
 /// A value in an actor's description.
@@ -121,10 +124,13 @@ impl Description {
 
 /// Something that watches a run: a timeline writer, a message log, a test probe.
 pub trait Observer<M>: Any {
-    /// Whether this observer wants each transition's [`Description`].
+    /// Whether this observer wants each transition's [`Description`] and [`Notes`].
     fn wants_descriptions(&self) -> bool {
         false
     }
+
+    /// The run starts; `actors` holds every actor's name, indexed by [`ActorId`].
+    fn on_start(&mut self, _actors: &[&str]) {}
 
     /// A message was delivered (called before the receiver's transition).
     fn on_delivery(&mut self, _envelope: &Envelope<M>) {}
