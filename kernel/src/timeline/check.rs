@@ -32,6 +32,13 @@ impl fmt::Display for Violation {
     }
 }
 
+/// A thread: (pid, tid).
+type Thread = (i64, i64);
+/// Complete slices of a thread: (ts, dur, event index).
+type Slices = Vec<(i64, i64, usize)>;
+/// Begin/end events in the order met: (ts, is begin, event index).
+type Marks = Vec<(i64, bool, usize)>;
+
 const PHASES: &[&str] = &["X", "B", "E", "b", "e", "n", "C", "M", "i", "I", "s", "t", "f"];
 
 fn violation(event: Option<usize>, rule: &'static str, detail: impl Into<String>) -> Violation {
@@ -56,10 +63,10 @@ pub fn check(text: &str) -> Vec<Violation> {
     let mut named_pids = BTreeSet::new();
     let mut named_threads = BTreeSet::new();
     let mut used_pids: BTreeMap<i64, usize> = BTreeMap::new();
-    let mut used_threads: BTreeMap<(i64, i64), usize> = BTreeMap::new();
-    let mut slices: BTreeMap<(i64, i64), Vec<(i64, i64, usize)>> = BTreeMap::new();
-    let mut begin_end: BTreeMap<(i64, i64), Vec<(i64, bool, usize)>> = BTreeMap::new();
-    let mut asyncs: BTreeMap<(String, String), Vec<(i64, bool, usize)>> = BTreeMap::new();
+    let mut used_threads: BTreeMap<Thread, usize> = BTreeMap::new();
+    let mut slices: BTreeMap<Thread, Slices> = BTreeMap::new();
+    let mut begin_end: BTreeMap<Thread, Marks> = BTreeMap::new();
+    let mut asyncs: BTreeMap<(String, String), Marks> = BTreeMap::new();
     let mut binds: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     let mut legacy_flows: BTreeMap<String, (u32, u32)> = BTreeMap::new();
 
