@@ -97,13 +97,11 @@ pub fn assemble(
     let to_client = SimDuration::from_micros(network.client_router_us);
     let install_error =
         |e: blis_kernel::AssemblyError| FieldError::at("cluster", format!("cannot assemble: {e}"));
-    let mut engine_ids: Vec<(ActorId, &str)> =
-        engines.iter().map(|(id, name, _)| (*id, name.as_str())).collect();
-    engine_ids.sort_by(|a, b| a.1.cmp(b.1));
+    let mut engine_ids: Vec<(ActorId, String)> =
+        engines.iter().map(|(id, name, _)| (*id, name.clone())).collect();
+    engine_ids.sort_by(|a, b| a.1.cmp(&b.1));
     let engine_order: Vec<ActorId> = engine_ids.iter().map(|(id, _)| *id).collect();
-    assembly
-        .install(router, RouterHost::new(engine_order.clone(), to_engine, to_client))
-        .map_err(install_error)?;
+    assembly.install(router, RouterHost::new(engine_ids, to_engine, to_client)).map_err(install_error)?;
     for (id, name, pool) in &engines {
         let environment = Box::new(Roofline::for_plan(&pool.chip, &pool.plan.pool));
         let engine = VllmEngine::new(pool.plan.clone(), environment);

@@ -127,11 +127,20 @@ impl Client {
             token_latency_us: Vec::new(),
         });
         self.outstanding += 1;
+        if let Some(notes) = out.notes() {
+            let key = request.key;
+            notes
+                .phase_begin("request", key, request_id)
+                .arg("input_tokens", u64::from(input_tokens))
+                .arg("output_tokens", u64::from(output_tokens));
+            notes.phase_begin("request", key, "queued");
+            notes.counter("client", "outstanding", self.outstanding as f64);
+        }
         let message = CallRequest { client: self.me, request };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }
 
-    fn receive(&mut self, now: SimTime, message: ClusterMessage) {
+    fn receive(&mut self, now: SimTime, message: ClusterMessage, out: &mut Outbox<ClusterMessage>) {
         let key = match &message {
             ClusterMessage::Completion(m) => m.key,
             ClusterMessage::Rejection(m) => m.key,
@@ -158,11 +167,17 @@ impl Client {
             }
             ClusterMessage::Rejection(m) => {
                 call.instance = Some(m.instance);
-                call.fate = Some(Fate::Dropped { reason: m.reason.to_owned() });
+                call.fate = Some(Fate::Dropped { reason: m.reason });
             }
             ClusterMessage::Request(_) => return,
         }
         self.outstanding -= 1;
+        if let Some(notes) = out.notes() {
+            // The innermost phase (returning, or queued for a refused call), then the request.
+            notes.phase_end("request", key);
+            notes.phase_end("request", key);
+            notes.counter("client", "outstanding", self.outstanding as f64);
+        }
     }
 
     /// The client's name.
@@ -223,7 +238,7 @@ impl Actor<ClusterMessage> for Client {
         };
         if let Some(bag) = bag {
             for envelope in bag {
-                self.receive(now, envelope.payload);
+                self.receive(now, envelope.payload, out);
             }
         }
         if sends {

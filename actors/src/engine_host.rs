@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_engines::vllm::{FinishedRequest, VllmEngine};
+use blis_contracts::StepMode;
+use blis_engines::vllm::{FinishedRequest, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
 use crate::message::{CallCompletion, CallRejection, ClusterMessage};
@@ -67,7 +68,7 @@ impl EngineHost {
                     key,
                     client: call.client,
                     instance: self.name.clone(),
-                    reason: rejection.reason(),
+                    reason: rejection.reason().to_owned(),
                 };
                 out.send(self.router, self.delay_to_router, ClusterMessage::Rejection(Box::new(answer)));
             }
@@ -91,12 +92,50 @@ impl EngineHost {
         self.step_ends = None;
     }
 
-    fn start_step(&mut self, now: SimTime) {
-        self.step_ends = self.engine.start_step().map(|(price, _)| {
-            let duration =
-                SimDuration::from_micros_ceil(price.micros).expect("the cost model prices steps finitely");
-            now.saturating_add(duration.max(SimDuration::from_micros(1)))
+    fn start_step(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        let name = &self.name;
+        self.step_ends = self.engine.start_step().map(|(price, shape)| {
+            let duration = SimDuration::from_micros_ceil(price.micros).expect("the cost model prices steps finitely");
+            let end = now.saturating_add(duration.max(SimDuration::from_micros(1)));
+            let t = &shape.totals;
+            tracing::debug!(engine = %name, requests = t.requests, tokens = t.new_tokens, micros = duration.as_micros(), "step");
+            if let Some(notes) = out.notes() {
+                let mode = match shape.mode() {
+                    StepMode::Mixed => "mixed",
+                    StepMode::DecodeOnly => "decode-only",
+                };
+                notes
+                    .span("steps", "step", now, end)
+                    .arg("requests", u64::from(t.requests))
+                    .arg("prefill_requests", u64::from(t.prefill_requests))
+                    .arg("prefill_tokens", t.prefill_tokens)
+                    .arg("decode_tokens", u64::from(t.decode_requests))
+                    .arg("padded_tokens", shape.padded_tokens)
+                    .arg("mode", mode)
+                    .arg("priced_us", price.micros)
+                    .arg("rank", "roofline");
+            }
+            end
         });
+    }
+
+    /// Note the requests' phase changes of this transition and the engine's counters.
+    fn note(&self, out: &mut Outbox<ClusterMessage>) {
+        let Some(notes) = out.notes() else { return };
+        for &(key, event) in self.engine.events() {
+            notes.phase_end("request", key);
+            let next = match event {
+                SchedulerEvent::Admitted { .. } => "prefill",
+                SchedulerEvent::Preempted => "preempted",
+                SchedulerEvent::PrefillDone => "decode",
+                SchedulerEvent::Finished => "returning",
+            };
+            notes.phase_begin("request", key, next);
+        }
+        let scheduler = self.engine.scheduler();
+        notes.counter("engine", "running", scheduler.num_running() as f64);
+        notes.counter("engine", "waiting", scheduler.num_waiting() as f64);
+        notes.counter("engine", "kv_usage", scheduler.kv().pool().usage());
     }
 }
 
@@ -131,8 +170,10 @@ impl Actor<ClusterMessage> for EngineHost {
             }
         }
         if self.step_ends.is_none() && self.engine.has_work() {
-            self.start_step(now);
+            self.start_step(now, out);
         }
+        self.note(out);
+        self.engine.clear_events();
         self.last_transition = now;
     }
 

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{ActorId, Message, MessageClass};
+use serde::{Deserialize, Serialize};
 
 /// Every message kind of the cluster.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClusterMessage {
     /// A new LLM call, from a client towards an engine.
     Request(Box<CallRequest>),
@@ -31,10 +32,18 @@ impl Message for ClusterMessage {
             ClusterMessage::Request(_) => MessageClass(2),
         }
     }
+
+    fn label(&self) -> &'static str {
+        match self {
+            ClusterMessage::Completion(_) => "completion",
+            ClusterMessage::Rejection(_) => "rejection",
+            ClusterMessage::Request(_) => "request",
+        }
+    }
 }
 
 /// A call on its way to an engine.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallRequest {
     /// Where the answer goes.
     pub client: ActorId,
@@ -43,7 +52,7 @@ pub struct CallRequest {
 }
 
 /// A call an engine finished.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallCompletion {
     /// The request's key.
     pub key: u64,
@@ -58,7 +67,7 @@ pub struct CallCompletion {
 }
 
 /// A call an engine refused.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallRejection {
     /// The request's key.
     pub key: u64,
@@ -67,7 +76,7 @@ pub struct CallRejection {
     /// The engine instance that refused it.
     pub instance: Arc<str>,
     /// Why, e.g. `exceeds_max_model_len`.
-    pub reason: &'static str,
+    pub reason: String,
 }
 
 impl ClusterMessage {
@@ -107,7 +116,7 @@ mod tests {
             key: 0,
             client: ActorId(0),
             instance: Arc::from("e"),
-            reason: "x",
+            reason: "x".to_owned(),
         }));
         // The expected table, written out. The match is exhaustive: a new variant does not
         // compile until it is given its place here.

@@ -11,6 +11,7 @@ use crate::message::ClusterMessage;
 /// The router in front of the engines.
 pub struct RouterHost {
     engines: Vec<ActorId>,
+    engine_names: Vec<String>,
     picker: RoundRobin,
     delay_to_engine: SimDuration,
     delay_to_client: SimDuration,
@@ -18,13 +19,22 @@ pub struct RouterHost {
 }
 
 impl RouterHost {
-    /// A round-robin router over `engines` (in name order) with one-way delays to each side.
+    /// A round-robin router over `engines` (with their names, in name order) with one-way delays
+    /// to each side.
     pub fn new(
-        engines: Vec<ActorId>,
+        engines: Vec<(ActorId, String)>,
         delay_to_engine: SimDuration,
         delay_to_client: SimDuration,
     ) -> RouterHost {
-        RouterHost { engines, picker: RoundRobin::default(), delay_to_engine, delay_to_client, routed: 0 }
+        let (engines, engine_names) = engines.into_iter().unzip();
+        RouterHost {
+            engines,
+            engine_names,
+            picker: RoundRobin::default(),
+            delay_to_engine,
+            delay_to_client,
+            routed: 0,
+        }
     }
 }
 
@@ -42,10 +52,18 @@ impl Actor<ClusterMessage> for RouterHost {
         let (Event::External(bag) | Event::Confluent(bag)) = event else { return };
         for envelope in bag {
             match envelope.payload {
-                request @ ClusterMessage::Request(_) => {
-                    let engine = self.engines[self.picker.pick(self.engines.len())];
+                ClusterMessage::Request(call) => {
+                    let picked = self.picker.pick(self.engines.len());
                     self.routed += 1;
-                    out.send(engine, self.delay_to_engine, request);
+                    if let Some(notes) = out.notes() {
+                        notes
+                            .decision("decisions", "route")
+                            .arg("request", call.request.key)
+                            .arg("picked", self.engine_names[picked].as_str())
+                            .arg("policy", "round-robin")
+                            .arg("endpoints", self.engines.len());
+                    }
+                    out.send(self.engines[picked], self.delay_to_engine, ClusterMessage::Request(call));
                 }
                 answer => out.send(answer.client(), self.delay_to_client, answer),
             }

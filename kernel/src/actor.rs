@@ -25,7 +25,7 @@ use crate::observer::Description;
 use crate::time::{Instant, SimDuration, SimTime};
 
 /// An actor's address, fixed at assembly.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ActorId(pub u32);
 
 impl ActorId {

@@ -263,6 +263,7 @@ impl<M: Message> Simulation<M> {
 
     /// Hand back the actors and observers for their results.
     pub fn finish(self) -> Finished<M> {
+        crate::clock::publish(None);
         let names = self.book.into_iter().map(|b| b.name);
         Finished {
             actors: names.zip(self.host.into_actors()).collect(),
@@ -281,6 +282,7 @@ impl<M: Message> Simulation<M> {
             return Err(KernelError::RoundLimit { time: at.time, bound: self.max_rounds, actors });
         }
         self.now = at;
+        crate::clock::publish(Some(at));
         self.stats.rounds += 1;
         self.affected_ids.clear();
         for &(_, id) in &self.affected {
@@ -316,6 +318,11 @@ impl<M: Message> Simulation<M> {
             work.outbox.messages.clear();
         }
         self.affected_ids = affected;
+        if self.halted.is_none()
+            && let Some(reason) = self.observers.iter().find_map(|o| o.halt())
+        {
+            self.halted = Some(("observer".to_owned(), reason));
+        }
         Ok(())
     }
 

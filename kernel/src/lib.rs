@@ -24,6 +24,7 @@
 mod actor;
 mod agenda;
 mod assembly;
+pub mod clock;
 mod coordinator;
 mod error;
 mod host;
@@ -31,6 +32,7 @@ mod message;
 mod notes;
 mod observer;
 mod radix;
+pub mod record;
 pub mod rng;
 mod time;
 pub mod timeline;

@@ -137,4 +137,10 @@ pub trait Observer<M>: Any {
 
     /// An actor made a transition.
     fn on_transition(&mut self, _record: &TransitionRecord<'_>) {}
+
+    /// Asked after every round: a reason to stop the run now, if the observer wants it stopped
+    /// (a replay that diverged, say).
+    fn halt(&self) -> Option<String> {
+        None
+    }
 }

@@ -16,4 +16,13 @@ pub struct Chip {
     pub hbm_bandwidth: Fact,
     /// Memory the device reports as its total, B.
     pub hbm_capacity: Fact,
+    /// Dense FP8 tensor-core peak, FLOP/s (absent on chips without FP8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_dense_flops: Option<Fact>,
+    /// GPU-to-GPU link bandwidth per GPU, one direction, B/s (absent without such a link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_bandwidth: Option<Fact>,
+    /// Host PCIe bandwidth per GPU, one direction, B/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_bandwidth: Option<Fact>,
 }

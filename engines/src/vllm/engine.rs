@@ -5,7 +5,9 @@ use blis_contracts::{Environment, StepPrice, StepShape};
 use super::kv_cache_manager::KvCacheManager;
 use super::plan::VllmPlan;
 use super::request::EngineRequest;
-use super::scheduler::{FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerLimits};
+use super::scheduler::{
+    FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerEvent, SchedulerLimits,
+};
 
 /// A vLLM instance as a plain state machine: requests in, steps scheduled and priced, finished
 /// requests out. Synchronous scheduling: a step is scheduled, runs, and its outputs are applied
@@ -69,5 +71,15 @@ impl VllmEngine {
     /// What the scheduler did so far.
     pub fn counters(&self) -> SchedulerCounters {
         self.scheduler.counters()
+    }
+
+    /// Request events since the last [`VllmEngine::clear_events`].
+    pub fn events(&self) -> &[(u64, SchedulerEvent)] {
+        self.scheduler.events()
+    }
+
+    /// Forget the events seen so far.
+    pub fn clear_events(&mut self) {
+        self.scheduler.clear_events();
     }
 }

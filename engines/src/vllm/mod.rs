@@ -17,5 +17,5 @@ pub use kv_cache_manager::KvCacheManager;
 pub use plan::{KvBudget, VllmPlan, plan};
 pub use request::EngineRequest;
 pub use scheduler::{
-    FinishReason, FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerLimits,
+    FinishReason, FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerEvent, SchedulerLimits,
 };

@@ -9,7 +9,7 @@ use super::block_pool::BlockId;
 /// Outputs are fixed in advance (the workload draws them), so the engine "samples" the next id of
 /// `output_token_ids` at each step that produces a token and stops after the last one, as vLLM
 /// does with `ignore_eos` and `max_tokens = output length`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineRequest {
     /// The caller's key for the request.
     pub key: u64,
@@ -43,6 +43,7 @@ pub(crate) struct Request {
     pub(crate) blocks: Vec<BlockId>,
     pub(crate) status: Status,
     pub(crate) started: bool,
+    pub(crate) in_prefill: bool,
     pub(crate) finished: bool,
     pub(crate) num_preemptions: u32,
     pub(crate) token_times_us: Vec<u64>,
@@ -59,6 +60,7 @@ impl Request {
             blocks: Vec::new(),
             status: Status::Waiting,
             started: false,
+            in_prefill: true,
             finished: false,
             num_preemptions: 0,
             token_times_us: Vec::with_capacity(request.output_token_ids.len()),

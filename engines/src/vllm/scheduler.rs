@@ -89,6 +89,24 @@ impl Rejection {
     }
 }
 
+/// A change in one request's life, as the scheduler made it. The scheduler keeps the events of
+/// its last calls until [`Scheduler::clear_events`], for timelines and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedulerEvent {
+    /// Moved from the waiting queue to the running list; `resumed` after a preemption.
+    Admitted {
+        /// Whether it had been preempted.
+        resumed: bool,
+    },
+    /// Preempted: blocks freed, back to the front of the waiting queue.
+    Preempted,
+    /// Sampled a token right after computing its prompt (or recomputing it after a
+    /// preemption): its prefill is over.
+    PrefillDone,
+    /// Finished and left the running list.
+    Finished,
+}
+
 /// Counts of what the scheduler did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SchedulerCounters {
@@ -110,6 +128,7 @@ pub struct Scheduler {
     scheduled: Vec<(u32, u32)>,
     shape: StepShape,
     counters: SchedulerCounters,
+    events: Vec<(u64, SchedulerEvent)>,
 }
 
 impl Scheduler {
@@ -125,6 +144,7 @@ impl Scheduler {
             scheduled: Vec::new(),
             shape: StepShape::default(),
             counters: SchedulerCounters::default(),
+            events: Vec::new(),
         }
     }
 
@@ -180,6 +200,16 @@ impl Scheduler {
     /// What the scheduler did so far.
     pub fn counters(&self) -> SchedulerCounters {
         self.counters
+    }
+
+    /// Request events since the last [`Scheduler::clear_events`], in the order they happened.
+    pub fn events(&self) -> &[(u64, SchedulerEvent)] {
+        &self.events
+    }
+
+    /// Forget the events seen so far.
+    pub fn clear_events(&mut self) {
+        self.events.clear();
     }
 
     /// The step last scheduled.
@@ -268,7 +298,9 @@ impl Scheduler {
             if !self.kv.allocate_slots(&mut request.blocks, computed, n) {
                 break;
             }
+            let resumed = request.status == Status::Preempted;
             request.status = Status::Running;
+            self.events.push((request.key, SchedulerEvent::Admitted { resumed }));
             self.waiting.pop_front();
             self.running.push(handle);
             self.scheduled.push((handle, n));
@@ -300,6 +332,10 @@ impl Scheduler {
             if request.num_computed_tokens < request.num_tokens() {
                 continue; // a prefill chunk that is not the last: nothing sampled
             }
+            if request.in_prefill {
+                request.in_prefill = false;
+                self.events.push((request.key, SchedulerEvent::PrefillDone));
+            }
             request.num_output_tokens += 1;
             request.token_times_us.push(now_us);
             if request.num_output_tokens >= request.max_tokens || request.num_tokens() >= max_model_len {
@@ -311,13 +347,14 @@ impl Scheduler {
             return;
         }
         let requests = &mut self.requests;
-        let (kv, free_slots) = (&mut self.kv, &mut self.free_slots);
+        let (kv, free_slots, events) = (&mut self.kv, &mut self.free_slots, &mut self.events);
         self.running.retain(|&handle| {
             let slot = &mut requests[handle as usize];
             if !slot.as_ref().is_some_and(|r| r.finished) {
                 return true;
             }
             let mut request = slot.take().expect("checked above");
+            events.push((request.key, SchedulerEvent::Finished));
             kv.free(&mut request.blocks);
             free_slots.push(handle);
             finished.push(FinishedRequest {
@@ -338,7 +375,9 @@ impl Scheduler {
         let request = self.requests[handle as usize].as_mut().expect("running requests exist");
         self.kv.free(&mut request.blocks);
         request.num_computed_tokens = 0;
+        request.in_prefill = true;
         request.status = Status::Preempted;
+        self.events.push((request.key, SchedulerEvent::Preempted));
         request.num_preemptions += 1;
         self.counters.preemptions += 1;
         self.waiting.push_front(handle);

@@ -15,7 +15,7 @@ use crate::rng::{Streams, Substream};
 use crate::time::SimDuration;
 
 /// What travels between nodes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Token {
     /// 0..=3; also the message class.
     pub kind: u8,
