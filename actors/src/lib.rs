@@ -21,4 +21,7 @@ pub use engine_host::EngineHost;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
 pub use metrics::{metrics, summarise_us};
 pub use router_host::RouterHost;
-pub use run::{DEFAULT_SEED, Progress, RunError, RunOptions, RunOutput, run};
+pub use run::{
+    DEFAULT_SEED, Observers, Progress, RunError, RunOptions, RunOutput, request_key, run, run_observed,
+    timeline_group,
+};

@@ -10,9 +10,10 @@ use blis_contracts::{
 };
 use blis_costmodel::Catalog;
 use blis_kernel::{ActorId, Envelope, HostKind, KernelError, Observer, RunEnd, SimDuration, SimTime};
+use sha2::{Digest, Sha256};
 
 use crate::assembly::assemble;
-use crate::client::Client;
+use crate::client::{Client, KEY_SEQUENCE_BITS};
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
 use crate::metrics::metrics;
@@ -47,6 +48,48 @@ pub struct RunOutput {
     pub result: RunResult,
     /// One record per LLM call, clients in scenario order, calls in send order.
     pub calls: Vec<CallRecord>,
+}
+
+impl RunOutput {
+    /// `result.json` exactly as written: pretty JSON and a final newline.
+    pub fn result_json(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(&self.result).expect("results serialise");
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// `calls.jsonl` exactly as written: one JSON object per line.
+    pub fn calls_jsonl(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for call in &self.calls {
+            serde_json::to_writer(&mut bytes, call).expect("call records serialise");
+            bytes.push(b'\n');
+        }
+        bytes
+    }
+
+    /// SHA-256 (hex) of the comparable part of the Result: fates, metrics and calls, as JSON.
+    /// Record and replay, and export and re-run, must give the same digest.
+    pub fn comparable_digest(&self) -> String {
+        let comparable = (&self.result.fates, &self.result.metrics, &self.calls);
+        let bytes = serde_json::to_vec(&comparable).expect("results serialise");
+        Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The Perfetto process an actor is drawn in: all clients share one, every other actor has its
+/// own (each engine, the router).
+pub fn timeline_group(actor: &str) -> String {
+    if actor.starts_with("client/") { "clients".to_owned() } else { actor.to_owned() }
+}
+
+/// The key of the request named `request_id` (`<client>-<k>`) in `scenario`, if there is one.
+pub fn request_key(scenario: &Scenario, request_id: &str) -> Option<u64> {
+    let (client, sequence) = request_id.rsplit_once('-')?;
+    let sequence: u64 = sequence.parse().ok()?;
+    let index = scenario.workload.clients.iter().position(|c| c.name == client)?;
+    let spec = &scenario.workload.clients[index];
+    (sequence < spec.requests).then_some(((index as u64) << KEY_SEQUENCE_BITS) | sequence)
 }
 
 /// Why a run did not produce a result.
@@ -94,6 +137,20 @@ pub fn run(
     options: RunOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RunOutput, RunError> {
+    run_observed(text, options, Vec::new(), progress).map(|(output, _)| output)
+}
+
+/// Observers of a cluster run.
+pub type Observers = Vec<Box<dyn Observer<ClusterMessage>>>;
+
+/// [`run`] with extra observers attached (a timeline writer, a message log, a replay check);
+/// they are handed back after the run, in the order given.
+pub fn run_observed(
+    text: &str,
+    options: RunOptions,
+    observers: Observers,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(RunOutput, Observers), RunError> {
     let scenario = Scenario::parse(text).map_err(RunError::Input)?;
     let seed = options.seed.or(scenario.seed).unwrap_or(DEFAULT_SEED);
     let catalog = Catalog::embedded();
@@ -103,6 +160,9 @@ pub fn run(
     let mut clients_sorted = cluster.clients.clone();
     clients_sorted.sort();
     simulation.observe(AnswerCounter { clients: clients_sorted, answered: answered.clone() });
+    for observer in observers {
+        simulation.observe_boxed(observer);
+    }
     let total: u64 = scenario.workload.clients.iter().map(|c| c.requests).sum();
     let horizon = match scenario.horizon_s {
         Some(h) => SimDuration::from_secs_ceil(h)
@@ -126,6 +186,7 @@ pub fn run(
     };
     let kernel_stats = simulation.stats();
     let mut finished = simulation.finish();
+    let observers: Observers = finished.observers.drain(1..).collect();
 
     let mut engine_steps = 0;
     let mut started = Vec::new();
@@ -169,5 +230,5 @@ pub fn run(
             messages: kernel_stats.messages,
         },
     };
-    Ok(RunOutput { result, calls })
+    Ok((RunOutput { result, calls }, observers))
 }

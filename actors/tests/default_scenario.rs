@@ -8,13 +8,7 @@ const DEFAULT: &str = include_str!("../../fixtures/scenarios/default.yaml");
 
 /// `result.json` and `calls.jsonl` exactly as the command line writes them.
 fn bytes(output: &RunOutput) -> (Vec<u8>, Vec<u8>) {
-    let result = serde_json::to_vec_pretty(&output.result).unwrap();
-    let mut calls = Vec::new();
-    for call in &output.calls {
-        serde_json::to_writer(&mut calls, call).unwrap();
-        calls.push(b'\n');
-    }
-    (result, calls)
+    (output.result_json(), output.calls_jsonl())
 }
 
 fn run_default(seed: Option<u64>, host: HostKind) -> RunOutput {

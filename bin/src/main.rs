@@ -3,13 +3,19 @@
 //! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
 //! to files and stdout; progress and logs go to stderr.
 
+mod logging;
+mod replay;
 mod summary;
+mod trace;
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use blis_actors::{Progress, RunError, RunOptions, RunOutput};
-use blis_kernel::HostKind;
+use blis_actors::{ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput, run_observed};
+use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
+use blis_kernel::{HostKind, Observer, SimTime};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -38,9 +44,31 @@ enum Command {
         /// Kernel host: inline calls (fast) or one tokio task per actor (parity check).
         #[arg(long, value_enum, default_value_t = Host::Inline)]
         host: Host,
+        /// Write a Perfetto timeline (Chrome trace-event JSON, simulated time) to this file.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Keep part of the timeline: `from=S,to=S,components=A;B,requests=ID;ID` (seconds).
+        #[arg(long, requires = "trace")]
+        trace_filter: Option<String>,
+        /// Record the run's inputs and every delivered message to this file, for `replay`.
+        #[arg(long)]
+        record: Option<PathBuf>,
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+    },
+    /// Check that a trace file is what Perfetto needs.
+    TraceCheck {
+        /// The trace file.
+        file: PathBuf,
+    },
+    /// Re-run a recorded run and check every delivered message against the recording.
+    Replay {
+        /// The recording (from `run --record`).
+        file: PathBuf,
+        /// Kernel host for the re-run.
+        #[arg(long, value_enum, default_value_t = Host::Inline)]
+        host: Host,
     },
 }
 
@@ -50,38 +78,121 @@ enum Host {
     Tasks,
 }
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Run { scenario, seed, out, host, quiet } => {
-            let host = match host {
-                Host::Inline => HostKind::Inline,
-                Host::Tasks => HostKind::Tasks,
-            };
-            run(scenario.as_deref(), RunOptions { seed, host }, &out, quiet)
+impl Host {
+    fn kind(self) -> HostKind {
+        match self {
+            Host::Inline => HostKind::Inline,
+            Host::Tasks => HostKind::Tasks,
         }
     }
 }
 
-fn run(scenario: Option<&Path>, options: RunOptions, out: &Path, quiet: bool) -> ExitCode {
+fn main() -> ExitCode {
+    logging::init();
+    match Cli::parse().command {
+        Command::Run { scenario, seed, out, host, trace, trace_filter, record, quiet } => {
+            let outputs = Outputs { out, trace, trace_filter, record };
+            run(scenario.as_deref(), RunOptions { seed, host: host.kind() }, &outputs, quiet)
+        }
+        Command::TraceCheck { file } => trace_check(&file),
+        Command::Replay { file, host } => replay(&file, host.kind()),
+    }
+}
+
+/// Where a run writes.
+struct Outputs {
+    out: PathBuf,
+    trace: Option<PathBuf>,
+    trace_filter: Option<String>,
+    record: Option<PathBuf>,
+}
+
+fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(code)
+}
+
+fn run(scenario: Option<&Path>, options: RunOptions, outputs: &Outputs, quiet: bool) -> ExitCode {
     let (source, text) = match scenario {
         None => ("default scenario".to_owned(), DEFAULT_SCENARIO.to_owned()),
         Some(path) => match std::fs::read_to_string(path) {
             Ok(text) => (path.display().to_string(), text),
             Err(error) => {
-                eprintln!("error: {}: cannot read the scenario: {error}", path.display());
-                return ExitCode::from(2);
+                return fail(2, format_args!("{}: cannot read the scenario: {error}", path.display()));
             }
         },
     };
+    let mut observers: Observers = Vec::new();
+    if let Some(path) = &outputs.trace {
+        let filter = match trace::parse_filter(outputs.trace_filter.as_deref().unwrap_or(""), &text) {
+            Ok(filter) => filter,
+            Err(message) => return fail(2, message),
+        };
+        match trace::writer(path, filter, options.seed) {
+            Ok(writer) => observers.push(Box::new(writer)),
+            Err(error) => {
+                return fail(1, format_args!("{}: cannot write the trace: {error}", path.display()));
+            }
+        }
+    }
+    if let Some(path) = &outputs.record {
+        let inputs = replay::Inputs {
+            blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
+            scenario: text.clone(),
+            seed: options.seed,
+        };
+        match File::create(path) {
+            Ok(file) => observers.push(Box::new(MessageLog::new(BufWriter::new(file), &inputs.to_text()))),
+            Err(error) => {
+                return fail(1, format_args!("{}: cannot write the recording: {error}", path.display()));
+            }
+        }
+    }
     tracing::info!(scenario = %source, "running");
+    let (output, observers) = match run_with_progress(&text, options, observers, quiet) {
+        Ok(done) => done,
+        Err(RunError::Input(error)) => return fail(2, format_args!("{source}: {error}")),
+        Err(error @ RunError::Kernel(_)) => return fail(1, format_args!("{source}: {error}")),
+    };
+    let end = SimTime::from_micros(output.result.simulation.end_time_us);
+    let mut observers = observers.into_iter();
+    if let Some(path) = &outputs.trace {
+        let writer = downcast::<trace::Writer>(observers.next());
+        if let Err(error) = writer.finish(end) {
+            return fail(1, format_args!("{}: cannot write the trace: {error}", path.display()));
+        }
+    }
+    if let Some(path) = &outputs.record {
+        let log = downcast::<MessageLog<BufWriter<File>>>(observers.next());
+        if let Err(error) = log.finish(&replay::trailer(&output.comparable_digest())) {
+            return fail(1, format_args!("{}: cannot write the recording: {error}", path.display()));
+        }
+    }
+    if let Err(error) = write_outputs(&output, &outputs.out) {
+        return fail(1, format_args!("{}: cannot write the outputs: {error}", outputs.out.display()));
+    }
+    print!("{}", summary::render(&output));
+    let _ = std::io::stdout().flush();
+    eprintln!(
+        "wrote {} and {}",
+        outputs.out.join("result.json").display(),
+        outputs.out.join("calls.jsonl").display()
+    );
+    ExitCode::SUCCESS
+}
+
+/// An observer handed back by the run, as the type it was attached as.
+fn downcast<T: Observer<ClusterMessage>>(observer: Option<Box<dyn Observer<ClusterMessage>>>) -> T {
+    let observer: Box<dyn std::any::Any> = observer.expect("every attached observer comes back");
+    *observer.downcast::<T>().expect("observers come back in the order attached")
+}
+
+fn run_with_progress(
+    text: &str,
+    options: RunOptions,
+    observers: Observers,
+    quiet: bool,
+) -> Result<(RunOutput, Observers), RunError> {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(
         ProgressStyle::with_template(
@@ -89,51 +200,97 @@ fn run(scenario: Option<&Path>, options: RunOptions, out: &Path, quiet: bool) ->
         )
         .expect("the progress template is valid"),
     );
-    let outcome = blis_actors::run(&text, options, &mut |p: Progress| {
+    let outcome = run_observed(text, options, observers, &mut |p: Progress| {
         bar.set_length(p.total);
         bar.set_position(p.answered);
         bar.set_message(format!("{:.1} s", p.simulated.as_secs_f64()));
     });
     bar.finish_and_clear();
-    match outcome {
-        Ok(output) => match write_outputs(&output, out) {
-            Ok(()) => {
-                print!("{}", summary::render(&output));
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
-                eprintln!(
-                    "wrote {} and {}",
-                    out.join("result.json").display(),
-                    out.join("calls.jsonl").display()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("error: {}: cannot write the outputs: {error}", out.display());
-                ExitCode::FAILURE
-            }
-        },
-        Err(RunError::Input(error)) => {
-            eprintln!("error: {source}: {error}");
-            ExitCode::from(2)
-        }
-        Err(error @ RunError::Kernel(_)) => {
-            eprintln!("error: {source}: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    outcome
 }
 
 fn write_outputs(output: &RunOutput, out: &Path) -> std::io::Result<()> {
-    use std::io::Write;
     std::fs::create_dir_all(out)?;
-    let mut result = serde_json::to_vec_pretty(&output.result).map_err(std::io::Error::other)?;
-    result.push(b'\n');
-    std::fs::write(out.join("result.json"), result)?;
-    let mut calls = std::io::BufWriter::new(std::fs::File::create(out.join("calls.jsonl"))?);
-    for call in &output.calls {
-        serde_json::to_writer(&mut calls, call).map_err(std::io::Error::other)?;
-        calls.write_all(b"\n")?;
+    std::fs::write(out.join("result.json"), output.result_json())?;
+    std::fs::write(out.join("calls.jsonl"), output.calls_jsonl())
+}
+
+fn trace_check(file: &Path) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) => return fail(2, format_args!("{}: cannot read the trace: {error}", file.display())),
+    };
+    let violations = blis_kernel::timeline::check(&text);
+    if violations.is_empty() {
+        println!("{}: ok", file.display());
+        return ExitCode::SUCCESS;
     }
-    calls.flush()
+    for violation in violations.iter().take(50) {
+        println!("{}: {violation}", file.display());
+    }
+    if violations.len() > 50 {
+        println!("{}: … {} more", file.display(), violations.len() - 50);
+    }
+    ExitCode::FAILURE
+}
+
+fn replay(file: &Path, host: HostKind) -> ExitCode {
+    let recorded = match File::open(file)
+        .map_err(|e| e.to_string())
+        .and_then(|f| RecordedRun::read(f).map_err(|e| e.to_string()))
+    {
+        Ok(recorded) => recorded,
+        Err(error) => return fail(2, format_args!("{}: {error}", file.display())),
+    };
+    let inputs: replay::Inputs = match serde_json::from_str(&recorded.inputs) {
+        Ok(inputs) => inputs,
+        Err(error) => {
+            return fail(
+                2,
+                format_args!("{}: the recorded inputs are not readable: {error}", file.display()),
+            );
+        }
+    };
+    if inputs.blis_actor_version != env!("CARGO_PKG_VERSION") {
+        return fail(
+            2,
+            format_args!(
+                "{}: recorded by blis-actor {}, this is {}: a replay would not be comparable",
+                file.display(),
+                inputs.blis_actor_version,
+                env!("CARGO_PKG_VERSION")
+            ),
+        );
+    }
+    let recorded_count = recorded.deliveries.len();
+    let check: Box<dyn Observer<ClusterMessage>> =
+        Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries));
+    let options = RunOptions { seed: inputs.seed, host };
+    let (output, observers) = match run_observed(&inputs.scenario, options, vec![check], &mut |_| {}) {
+        Ok(done) => done,
+        Err(error) => {
+            return fail(1, format_args!("{}: the recorded run does not run: {error}", file.display()));
+        }
+    };
+    let check = downcast::<ReplayCheck<ClusterMessage>>(observers.into_iter().next());
+    if let Some(d) = check.outcome() {
+        println!("replay diverged at delivery {} (instant {}, actor {}):", d.index, d.instant, d.actor);
+        println!("  recorded: {}", d.recorded);
+        println!("  replayed: {}", d.replayed);
+        return ExitCode::FAILURE;
+    }
+    let digest = replay::trailer(&output.comparable_digest());
+    match recorded.trailer {
+        Some(trailer) if trailer == digest => {
+            println!("replay matched all {recorded_count} deliveries and the comparable result ({digest})");
+            ExitCode::SUCCESS
+        }
+        Some(trailer) => {
+            println!("replay matched all {recorded_count} deliveries but the comparable result differs:");
+            println!("  recorded: {trailer}");
+            println!("  replayed: {digest}");
+            ExitCode::FAILURE
+        }
+        None => fail(2, format_args!("{}: the recording has no trailer (it did not finish)", file.display())),
+    }
 }

@@ -193,11 +193,16 @@ impl<M: Message> Simulation<M> {
     }
 
     /// Attach an observer; it sees everything from the next round on.
-    pub fn observe(&mut self, mut observer: impl Observer<M> + 'static) {
+    pub fn observe(&mut self, observer: impl Observer<M> + 'static) {
+        self.observe_boxed(Box::new(observer));
+    }
+
+    /// [`Simulation::observe`] for an already boxed observer.
+    pub fn observe_boxed(&mut self, mut observer: Box<dyn Observer<M>>) {
         self.describe |= observer.wants_descriptions();
         let names: Vec<&str> = self.book.iter().map(|b| b.name.as_str()).collect();
         observer.on_start(&names);
-        self.observers.push(Box::new(observer));
+        self.observers.push(observer);
     }
 
     /// The instant of the last round run (round 0 of time 0 before any).

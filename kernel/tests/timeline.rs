@@ -71,7 +71,7 @@ fn tiny_run(filter: TimelineFilter, host: HostKind) -> String {
     sim.observe(TimelineWriter::new(Vec::new(), filter, group, &[("seed", "1".to_owned())]));
     sim.run().unwrap();
     let writer = sim.finish().take_observer::<TimelineWriter<Vec<u8>>>(0).unwrap();
-    String::from_utf8(writer.finish().unwrap()).unwrap()
+    String::from_utf8(writer.finish(SimTime::from_micros(100)).unwrap()).unwrap()
 }
 
 const EXPECTED: &str = r#"{"displayTimeUnit":"ms","otherData":{"time":"simulated microseconds","seed":"1"},"traceEvents":[

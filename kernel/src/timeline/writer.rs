@@ -100,8 +100,24 @@ impl<W: Write> TimelineWriter<W> {
         self.events
     }
 
-    /// Close the JSON document and flush; reports the first write error of the whole run.
-    pub fn finish(mut self) -> io::Result<W> {
+    /// Close every phase still open at `end` (a run cut at a horizon), close the JSON document
+    /// and flush; reports the first write error of the whole run.
+    pub fn finish(mut self, end: SimTime) -> io::Result<W> {
+        let open = std::mem::take(&mut self.open);
+        for ((category, id), item) in open {
+            if !item.written {
+                continue;
+            }
+            let pid = self.category_pid(category);
+            for name in item.phases.iter().rev() {
+                self.emit(&format!(
+                    "{{\"ph\":\"e\",\"cat\":{},\"name\":{},\"id\":\"0x{id:x}\",\"pid\":{pid},\"tid\":0,\"ts\":{},\"args\":{{\"open_at_end\":true}}}}",
+                    json_string(category),
+                    json_string(name),
+                    end.as_micros()
+                ));
+            }
+        }
         if let Some(error) = self.error.take() {
             return Err(error);
         }

@@ -1,0 +1,132 @@
+//! The byte gate: fixed scenarios whose `result.json`, `calls.jsonl` and timeline must stay
+//! byte-identical across refactors, whose timelines pass the checker, and whose recordings
+//! replay without divergence.
+//!
+//! Golden files live in `fixtures/gate/<name>/`: `result.json`, `calls.jsonl` and
+//! `trace.sha256` (the timeline's SHA-256 and size; the timeline itself is megabytes). To
+//! regenerate after a deliberate change, run with `UPDATE_GOLDEN=1` and commit the golden files
+//! on their own, saying why they changed. On a mismatch the new outputs are written to
+//! `target/gate-actual/<name>/` for diffing.
+
+use std::path::PathBuf;
+
+use blis_actors::{ClusterMessage, RunOptions, RunOutput, run_observed, timeline_group};
+use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
+use blis_kernel::timeline::{TimelineFilter, TimelineWriter, check};
+use blis_kernel::{Observer, SimTime};
+use sha2::{Digest, Sha256};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn scenario(name: &str) -> String {
+    std::fs::read_to_string(root().join(format!("fixtures/gate/{name}.yaml")))
+        .expect("the gate scenario exists")
+}
+
+fn take<T: Observer<ClusterMessage>>(observer: Box<dyn Observer<ClusterMessage>>) -> T {
+    let observer: Box<dyn std::any::Any> = observer;
+    *observer.downcast::<T>().expect("the observer comes back as attached")
+}
+
+/// Run a gate scenario with its timeline; returns the outputs and the timeline bytes.
+fn run_with_timeline(name: &str) -> (RunOutput, Vec<u8>) {
+    let writer = TimelineWriter::new(
+        Vec::new(),
+        TimelineFilter::default(),
+        Box::new(timeline_group),
+        &[("scenario", name.to_owned())],
+    );
+    let (output, mut observers) =
+        run_observed(&scenario(name), RunOptions::default(), vec![Box::new(writer)], &mut |_| {}).unwrap();
+    let writer = take::<TimelineWriter<Vec<u8>>>(observers.remove(0));
+    let trace = writer.finish(SimTime::from_micros(output.result.simulation.end_time_us)).unwrap();
+    (output, trace)
+}
+
+fn gate(name: &str) {
+    let (output, trace) = run_with_timeline(name);
+    let violations = check(std::str::from_utf8(&trace).unwrap());
+    assert!(
+        violations.is_empty(),
+        "{name}: the timeline breaks Perfetto's rules: {:?}",
+        &violations[..violations.len().min(5)]
+    );
+    assert!(output.result.fates.conserved());
+    let digest: String = Sha256::digest(&trace).iter().map(|b| format!("{b:02x}")).collect();
+    let actual = [
+        ("result.json", output.result_json()),
+        ("calls.jsonl", output.calls_jsonl()),
+        ("trace.sha256", format!("{digest} {} bytes\n", trace.len()).into_bytes()),
+    ];
+    let golden = root().join(format!("fixtures/gate/{name}"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(&golden).unwrap();
+        for (file, bytes) in &actual {
+            std::fs::write(golden.join(file), bytes).unwrap();
+        }
+        return;
+    }
+    let mut changed = Vec::new();
+    for (file, bytes) in &actual {
+        let expected = std::fs::read(golden.join(file))
+            .unwrap_or_else(|_| panic!("{name}: no golden {file}; run with UPDATE_GOLDEN=1 and commit it"));
+        if &expected != bytes {
+            changed.push(*file);
+        }
+    }
+    if !changed.is_empty() {
+        let dump = root().join(format!("target/gate-actual/{name}"));
+        std::fs::create_dir_all(&dump).unwrap();
+        for (file, bytes) in &actual {
+            std::fs::write(dump.join(file), bytes).unwrap();
+        }
+        std::fs::write(dump.join("trace.json"), &trace).unwrap();
+        panic!("{name}: {changed:?} changed; the new outputs are in {}", dump.display());
+    }
+}
+
+fn replays(name: &str) {
+    let text = scenario(name);
+    let log = MessageLog::new(Vec::new(), &text);
+    let (output, mut observers) =
+        run_observed(&text, RunOptions::default(), vec![Box::new(log)], &mut |_| {}).unwrap();
+    let bytes = take::<MessageLog<Vec<u8>>>(observers.remove(0)).finish(&output.comparable_digest()).unwrap();
+    let recorded = RecordedRun::read(bytes.as_slice()).unwrap();
+    assert_eq!(recorded.inputs, text);
+    let check: Box<dyn Observer<ClusterMessage>> =
+        Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries.clone()));
+    let (replayed, mut observers) =
+        run_observed(&recorded.inputs, RunOptions::default(), vec![check], &mut |_| {}).unwrap();
+    let check = take::<ReplayCheck<ClusterMessage>>(observers.remove(0));
+    assert_eq!(check.outcome(), None, "{name}");
+    assert_eq!(check.matched(), recorded.deliveries.len() as u64);
+    assert_eq!(
+        recorded.trailer.as_deref(),
+        Some(replayed.comparable_digest().as_str()),
+        "{name}: comparable result"
+    );
+}
+
+#[test]
+fn gate_default_cluster() {
+    gate("default-cluster");
+}
+
+#[test]
+fn gate_tiny_kv_preemption() {
+    gate("tiny-kv-preemption");
+}
+
+#[test]
+fn gate_overload_horizon() {
+    gate("overload-horizon");
+}
+
+#[test]
+fn every_gate_scenario_replays_without_divergence() {
+    for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon"] {
+        replays(name);
+    }
+}
