@@ -1,9 +1,11 @@
 //! Simulated requests per wall second for the default scenario (3,000 requests, two vLLM
-//! instances on H100). Figures in `docs/PERFORMANCE.md`.
+//! instances on H100), without and with a timeline being written. Figures in
+//! `docs/PERFORMANCE.md`.
 
 use std::hint::black_box;
 
-use blis_actors::{RunOptions, run};
+use blis_actors::{RunOptions, run, run_observed, timeline_group};
+use blis_kernel::timeline::{TimelineFilter, TimelineWriter};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const DEFAULT: &str = include_str!("../../fixtures/scenarios/default.yaml");
@@ -17,6 +19,20 @@ fn default_scenario(c: &mut Criterion) {
     group.bench_function("inline", |b| {
         b.iter(|| {
             black_box(run(DEFAULT, RunOptions::default(), &mut |_| {}).expect("the default scenario runs"))
+        })
+    });
+    group.bench_function("inline-traced", |b| {
+        b.iter(|| {
+            let writer = TimelineWriter::new(
+                std::io::sink(),
+                TimelineFilter::default(),
+                Box::new(timeline_group),
+                &[],
+            );
+            black_box(
+                run_observed(DEFAULT, RunOptions::default(), vec![Box::new(writer)], &mut |_| {})
+                    .expect("the default scenario runs"),
+            )
         })
     });
     group.finish();

@@ -130,3 +130,29 @@ fn every_gate_scenario_replays_without_divergence() {
         replays(name);
     }
 }
+
+#[test]
+fn an_altered_delivery_in_a_cluster_recording_is_caught_at_its_instant() {
+    let text = scenario("tiny-kv-preemption");
+    let log = MessageLog::new(Vec::new(), &text);
+    let (output, mut observers) =
+        run_observed(&text, RunOptions::default(), vec![Box::new(log)], &mut |_| {}).unwrap();
+    let bytes = take::<MessageLog<Vec<u8>>>(observers.remove(0)).finish(&output.comparable_digest()).unwrap();
+    let mut recorded = RecordedRun::read(bytes.as_slice()).unwrap();
+    let target = recorded.deliveries.len() / 2;
+    let (original, _): (blis_kernel::record::Delivery<ClusterMessage>, usize) =
+        bincode::serde::decode_from_slice(&recorded.deliveries[target], bincode::config::standard()).unwrap();
+    let mut altered = original.clone();
+    altered.send_count += 1;
+    recorded.deliveries[target] =
+        bincode::serde::encode_to_vec(&altered, bincode::config::standard()).unwrap();
+    let check: Box<dyn Observer<ClusterMessage>> =
+        Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries));
+    let (_, mut observers) = run_observed(&text, RunOptions::default(), vec![check], &mut |_| {}).unwrap();
+    let divergence = take::<ReplayCheck<ClusterMessage>>(observers.remove(0)).outcome().expect("it diverges");
+    assert_eq!(divergence.index, target as u64);
+    assert_eq!(
+        (divergence.instant.time.as_micros(), divergence.instant.round),
+        (original.time_us, original.round)
+    );
+}

@@ -71,3 +71,51 @@ fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
     );
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[test]
+fn a_traced_and_recorded_run_checks_and_replays_and_a_broken_trace_fails_the_check() {
+    let out = scratch("trace");
+    std::fs::create_dir_all(&out).unwrap();
+    let trace = out.join("trace.json");
+    let record = out.join("run.log");
+    let output = blis_actor(&[
+        "run",
+        &fixture("small.yaml"),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--record",
+        record.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let check = blis_actor(&["trace-check", trace.to_str().unwrap()]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    let replay = blis_actor(&["replay", record.to_str().unwrap(), "--host", "tasks"]);
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stdout));
+    assert!(String::from_utf8_lossy(&replay.stdout).contains("replay matched all"));
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let broken = out.join("broken.json");
+    std::fs::write(&broken, text.replacen("\"dur\":", "\"duration\":", 1)).unwrap();
+    let check = blis_actor(&["trace-check", broken.to_str().unwrap()]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&check.stdout).contains("complete slice without dur"));
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn a_bad_trace_filter_is_refused_naming_it() {
+    let output = blis_actor(&[
+        "run",
+        &fixture("small.yaml"),
+        "--quiet",
+        "--trace",
+        "/tmp/never.json",
+        "--trace-filter",
+        "requests=a-999",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("requests=a-999: no such request"));
+}

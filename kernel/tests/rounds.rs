@@ -359,3 +359,36 @@ fn finished_runs_hand_back_actors_by_type() {
         assert_eq!(finished.take_actor::<Transient>(id).map(|t| t.left), Some(0));
     }
 }
+
+/// Records the simulated time the clock module publishes while it transitions.
+struct ClockReader {
+    seen: Rc<RefCell<Vec<(Option<Instant>, Instant)>>>,
+    left: u32,
+}
+
+impl Actor<Ping> for ClockReader {
+    fn time_advance(&self) -> TimeAdvance {
+        if self.left > 0 { TimeAdvance::After(SimDuration::from_micros(3)) } else { TimeAdvance::Passive }
+    }
+
+    fn transition(&mut self, ctx: &Context, _: Event<'_, Ping>, _: &mut Outbox<Ping>) {
+        self.left -= 1;
+        self.seen.borrow_mut().push((blis_kernel::clock::simulated_now(), ctx.now));
+    }
+}
+
+#[test]
+fn logs_can_read_the_simulated_time_of_the_round_on_both_hosts() {
+    for host in HOSTS {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let mut assembly = Assembly::new();
+        assembly.add("clock", ClockReader { seen: seen.clone(), left: 4 }).unwrap();
+        let mut sim = assembly.build(host).unwrap();
+        sim.run().unwrap();
+        sim.finish();
+        assert_eq!(blis_kernel::clock::simulated_now(), None, "cleared when the run is finished");
+        let seen = seen.borrow();
+        assert_eq!(seen.len(), 4);
+        assert!(seen.iter().all(|(published, now)| *published == Some(*now)), "{host:?}: {seen:?}");
+    }
+}
