@@ -360,9 +360,12 @@ fn finished_runs_hand_back_actors_by_type() {
     }
 }
 
+/// What the clock published during a transition, beside the transition's own instant.
+type ClockReading = (Option<Instant>, Instant);
+
 /// Records the simulated time the clock module publishes while it transitions.
 struct ClockReader {
-    seen: Rc<RefCell<Vec<(Option<Instant>, Instant)>>>,
+    seen: Rc<RefCell<Vec<ClockReading>>>,
     left: u32,
 }
 
