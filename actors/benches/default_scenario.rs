@@ -5,6 +5,7 @@
 use std::hint::black_box;
 
 use blis_actors::{RunOptions, run, run_observed, timeline_group};
+use blis_costmodel::CostData;
 use blis_kernel::timeline::{TimelineFilter, TimelineWriter};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
@@ -30,8 +31,14 @@ fn default_scenario(c: &mut Criterion) {
                 &[],
             );
             black_box(
-                run_observed(DEFAULT, RunOptions::default(), vec![Box::new(writer)], &mut |_| {})
-                    .expect("the default scenario runs"),
+                run_observed(
+                    DEFAULT,
+                    RunOptions::default(),
+                    &CostData::embedded(),
+                    vec![Box::new(writer)],
+                    &mut |_| {},
+                )
+                .expect("the default scenario runs"),
             )
         })
     });

@@ -6,7 +6,7 @@
 //! installed. Every refusal names the scenario field.
 
 use blis_contracts::{EngineIdentity, EngineKind, FieldError, Scenario, yaml};
-use blis_costmodel::{Catalog, Roofline};
+use blis_costmodel::{CostData, Pricer};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
 use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};
 use serde_json::json;
@@ -43,14 +43,14 @@ struct PlannedPool {
 pub fn assemble(
     scenario: &Scenario,
     seed: u64,
-    catalog: &Catalog,
+    data: &CostData,
     host: HostKind,
 ) -> Result<AssembledCluster, FieldError> {
     let mut pools = Vec::with_capacity(scenario.cluster.pools.len());
     for (i, pool) in scenario.cluster.pools.iter().enumerate() {
         let path = format!("cluster.pools[{i}]");
-        let chip = catalog.chip(&pool.hardware.chip, &format!("{path}.hardware.chip"))?.clone();
-        let model = &catalog.model(&pool.model, &format!("{path}.model"))?.architecture;
+        let chip = data.catalog.chip(&pool.hardware.chip, &format!("{path}.hardware.chip"))?.clone();
+        let model = &data.catalog.model(&pool.model, &format!("{path}.model"))?.architecture;
         match pool.engine.kind {
             EngineKind::Vllm if pool.engine.version != VLLM_VERSION => {
                 return Err(FieldError::new(
@@ -63,7 +63,9 @@ pub fn assemble(
         }
         let args: VllmArgs = yaml::from_value(&pool.engine.args, &format!("{path}.engine.args"))?;
         let device = DeviceClass { name: &chip.name, capacity_bytes: chip.hbm_capacity.value as u64 };
-        let (plan, _) = vllm::plan(&args, model, device, |p| Box::new(Roofline::for_plan(&chip, p)), &path)?;
+        let registry = &data.registry;
+        let (plan, _) =
+            vllm::plan(&args, model, device, |p| Box::new(Pricer::new(&chip, p, registry)), &path)?;
         pools.push(PlannedPool {
             name: pool.name.clone(),
             replicas: pool.replicas,
@@ -103,7 +105,7 @@ pub fn assemble(
     let engine_order: Vec<ActorId> = engine_ids.iter().map(|(id, _)| *id).collect();
     assembly.install(router, RouterHost::new(engine_ids, to_engine, to_client)).map_err(install_error)?;
     for (id, name, pool) in &engines {
-        let environment = Box::new(Roofline::for_plan(&pool.chip, &pool.plan.pool));
+        let environment = Box::new(Pricer::new(&pool.chip, &pool.plan.pool, &data.registry));
         let engine = VllmEngine::new(pool.plan.clone(), environment);
         assembly.install(*id, EngineHost::new(name, engine, router, to_engine)).map_err(install_error)?;
     }
@@ -126,6 +128,7 @@ pub fn assemble(
             "replicas": p.replicas,
             "chip": p.chip,
             "model": p.plan.pool.model,
+            "pricing": Pricer::new(&p.chip, &p.plan.pool, &data.registry).resolved().entries(),
             "engine": {
                 "kind": "vllm",
                 "config": p.plan.config,

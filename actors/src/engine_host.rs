@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_contracts::StepMode;
+use blis_contracts::{Rank, RankShares, StepMode};
 use blis_engines::vllm::{FinishedRequest, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
@@ -28,6 +28,7 @@ pub struct EngineHost {
     clients: BTreeMap<u64, ActorId>,
     finished: Vec<FinishedRequest>,
     answered: Vec<u64>,
+    priced: RankShares,
 }
 
 impl EngineHost {
@@ -43,12 +44,18 @@ impl EngineHost {
             clients: BTreeMap::new(),
             finished: Vec::new(),
             answered: Vec::new(),
+            priced: RankShares::default(),
         }
     }
 
     /// The engine.
     pub fn engine(&self) -> &VllmEngine {
         &self.engine
+    }
+
+    /// Priced step time so far, by the rank of the coefficients that priced it.
+    pub fn priced(&self) -> &RankShares {
+        &self.priced
     }
 
     /// Keys of the requests this instance finished and answered.
@@ -93,8 +100,9 @@ impl EngineHost {
     }
 
     fn start_step(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
-        let name = &self.name;
+        let (name, priced) = (&self.name, &mut self.priced);
         self.step_ends = self.engine.start_step().map(|(price, shape)| {
+            priced.merge(&price.by_rank);
             let duration = SimDuration::from_micros_ceil(price.micros).expect("the cost model prices steps finitely");
             let end = now.saturating_add(duration.max(SimDuration::from_micros(1)));
             let t = &shape.totals;
@@ -113,7 +121,7 @@ impl EngineHost {
                     .arg("padded_tokens", shape.padded_tokens)
                     .arg("mode", mode)
                     .arg("priced_us", price.micros)
-                    .arg("rank", "roofline");
+                    .arg("rank", dominant_rank(&price.by_rank));
             }
             end
         });
@@ -187,4 +195,12 @@ impl Actor<ClusterMessage> for EngineHost {
         description.arg("kv_blocks_held", scheduler.blocks_held());
         description.arg("kv_usage", pool.usage());
     }
+}
+
+/// The rank that priced most of a step.
+fn dominant_rank(shares: &RankShares) -> &'static str {
+    Rank::ALL
+        .iter()
+        .max_by(|a, b| shares.get(**a).total_cmp(&shares.get(**b)))
+        .map_or("roofline", |r| r.as_str())
 }

@@ -5,10 +5,10 @@ use std::fmt;
 use std::rc::Rc;
 
 use blis_contracts::{
-    CallRecord, Fate, FateCounts, FieldError, RESULT_SCHEMA, RunResult, Scenario, ScenarioRecord,
-    SimulationRecord,
+    CallRecord, DataRecord, Fate, FateCounts, FieldError, PricingRecord, RESULT_SCHEMA, Rank, RankShares,
+    RunResult, Scenario, ScenarioRecord, SimulationRecord,
 };
-use blis_costmodel::Catalog;
+use blis_costmodel::CostData;
 use blis_kernel::{ActorId, Envelope, HostKind, KernelError, Observer, RunEnd, SimDuration, SimTime};
 use sha2::{Digest, Sha256};
 
@@ -92,6 +92,17 @@ pub fn request_key(scenario: &Scenario, request_id: &str) -> Option<u64> {
     (sequence < spec.requests).then_some(((index as u64) << KEY_SEQUENCE_BITS) | sequence)
 }
 
+/// The priced time split by rank, with shares.
+fn pricing_record(priced: &RankShares) -> PricingRecord {
+    let total = priced.total();
+    let present = Rank::ALL.iter().filter(|r| priced.get(**r) > 0.0);
+    PricingRecord {
+        priced_us: total,
+        by_rank_us: present.clone().map(|r| (r.as_str().to_owned(), priced.get(*r))).collect(),
+        share_by_rank: present.map(|r| (r.as_str().to_owned(), priced.get(*r) / total)).collect(),
+    }
+}
+
 /// Why a run did not produce a result.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunError {
@@ -137,7 +148,7 @@ pub fn run(
     options: RunOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RunOutput, RunError> {
-    run_observed(text, options, Vec::new(), progress).map(|(output, _)| output)
+    run_observed(text, options, &CostData::embedded(), Vec::new(), progress).map(|(output, _)| output)
 }
 
 /// Observers of a cluster run.
@@ -148,13 +159,13 @@ pub type Observers = Vec<Box<dyn Observer<ClusterMessage>>>;
 pub fn run_observed(
     text: &str,
     options: RunOptions,
+    data: &CostData,
     observers: Observers,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(RunOutput, Observers), RunError> {
     let scenario = Scenario::parse(text).map_err(RunError::Input)?;
     let seed = options.seed.or(scenario.seed).unwrap_or(DEFAULT_SEED);
-    let catalog = Catalog::embedded();
-    let cluster = assemble(&scenario, seed, &catalog, options.host).map_err(RunError::Input)?;
+    let cluster = assemble(&scenario, seed, data, options.host).map_err(RunError::Input)?;
     let mut simulation = cluster.simulation;
     let answered = Rc::new(Cell::new(0));
     let mut clients_sorted = cluster.clients.clone();
@@ -189,10 +200,12 @@ pub fn run_observed(
     let observers: Observers = finished.observers.drain(1..).collect();
 
     let mut engine_steps = 0;
+    let mut priced = RankShares::default();
     let mut started = Vec::new();
     for &id in &cluster.engines {
         let host = finished.take_actor::<EngineHost>(id).expect("engine ids hold engine hosts");
         engine_steps += host.engine().counters().steps;
+        priced.merge(host.priced());
         started.extend(host.engine().scheduler().held().filter(|&(_, s)| s).map(|(key, _)| key));
         started.extend_from_slice(host.answered());
     }
@@ -221,6 +234,11 @@ pub fn run_observed(
         seed,
         engines: cluster.identities,
         scenario: ScenarioRecord { given: text.to_owned(), resolved: cluster.resolved },
+        data: DataRecord {
+            catalog_sha256: data.catalog_sha256.clone(),
+            registry_sha256: data.registry_sha256.clone(),
+        },
+        pricing: pricing_record(&priced),
         fates,
         metrics: metrics(&calls),
         simulation: SimulationRecord {

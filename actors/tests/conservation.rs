@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use blis_actors::{ClusterMessage, RunOptions, assemble, run};
 use blis_contracts::{Fate, Scenario};
-use blis_costmodel::Catalog;
+use blis_costmodel::CostData;
 use blis_kernel::{HostKind, Observer, TransitionRecord, Value};
 
 fn scenario(horizon: &str, rate: u32, requests: u32, extra_args: &str) -> String {
@@ -105,7 +105,7 @@ fn kv_blocks_are_conserved_after_every_step_under_preemption() {
     // A tiny KV cache (1,200 blocks of 16 tokens) under load forces preemptions.
     let text = scenario("", 30, 300, "          num_gpu_blocks_override: 1200");
     let scenario = Scenario::parse(&text).unwrap();
-    let mut cluster = assemble(&scenario, 7, &Catalog::embedded(), HostKind::Inline).unwrap();
+    let mut cluster = assemble(&scenario, 7, &CostData::embedded(), HostKind::Inline).unwrap();
     let audit = BlockAudit::default();
     let checked = audit.checked.clone();
     cluster.simulation.observe(audit);

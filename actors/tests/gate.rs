@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use blis_actors::{ClusterMessage, RunOptions, RunOutput, run_observed, timeline_group};
+use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
 use blis_kernel::timeline::{TimelineFilter, TimelineWriter, check};
 use blis_kernel::{Observer, SimTime};
@@ -38,8 +39,14 @@ fn run_with_timeline(name: &str) -> (RunOutput, Vec<u8>) {
         Box::new(timeline_group),
         &[("scenario", name.to_owned())],
     );
-    let (output, mut observers) =
-        run_observed(&scenario(name), RunOptions::default(), vec![Box::new(writer)], &mut |_| {}).unwrap();
+    let (output, mut observers) = run_observed(
+        &scenario(name),
+        RunOptions::default(),
+        &CostData::embedded(),
+        vec![Box::new(writer)],
+        &mut |_| {},
+    )
+    .unwrap();
     let writer = take::<TimelineWriter<Vec<u8>>>(observers.remove(0));
     let trace = writer.finish(SimTime::from_micros(output.result.simulation.end_time_us)).unwrap();
     (output, trace)
@@ -91,14 +98,21 @@ fn replays(name: &str) {
     let text = scenario(name);
     let log = MessageLog::new(Vec::new(), &text);
     let (output, mut observers) =
-        run_observed(&text, RunOptions::default(), vec![Box::new(log)], &mut |_| {}).unwrap();
+        run_observed(&text, RunOptions::default(), &CostData::embedded(), vec![Box::new(log)], &mut |_| {})
+            .unwrap();
     let bytes = take::<MessageLog<Vec<u8>>>(observers.remove(0)).finish(&output.comparable_digest()).unwrap();
     let recorded = RecordedRun::read(bytes.as_slice()).unwrap();
     assert_eq!(recorded.inputs, text);
     let check: Box<dyn Observer<ClusterMessage>> =
         Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries.clone()));
-    let (replayed, mut observers) =
-        run_observed(&recorded.inputs, RunOptions::default(), vec![check], &mut |_| {}).unwrap();
+    let (replayed, mut observers) = run_observed(
+        &recorded.inputs,
+        RunOptions::default(),
+        &CostData::embedded(),
+        vec![check],
+        &mut |_| {},
+    )
+    .unwrap();
     let check = take::<ReplayCheck<ClusterMessage>>(observers.remove(0));
     assert_eq!(check.outcome(), None, "{name}");
     assert_eq!(check.matched(), recorded.deliveries.len() as u64);
@@ -136,7 +150,8 @@ fn an_altered_delivery_in_a_cluster_recording_is_caught_at_its_instant() {
     let text = scenario("tiny-kv-preemption");
     let log = MessageLog::new(Vec::new(), &text);
     let (output, mut observers) =
-        run_observed(&text, RunOptions::default(), vec![Box::new(log)], &mut |_| {}).unwrap();
+        run_observed(&text, RunOptions::default(), &CostData::embedded(), vec![Box::new(log)], &mut |_| {})
+            .unwrap();
     let bytes = take::<MessageLog<Vec<u8>>>(observers.remove(0)).finish(&output.comparable_digest()).unwrap();
     let mut recorded = RecordedRun::read(bytes.as_slice()).unwrap();
     let target = recorded.deliveries.len() / 2;
@@ -148,7 +163,8 @@ fn an_altered_delivery_in_a_cluster_recording_is_caught_at_its_instant() {
         bincode::serde::encode_to_vec(&altered, bincode::config::standard()).unwrap();
     let check: Box<dyn Observer<ClusterMessage>> =
         Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries));
-    let (_, mut observers) = run_observed(&text, RunOptions::default(), vec![check], &mut |_| {}).unwrap();
+    let (_, mut observers) =
+        run_observed(&text, RunOptions::default(), &CostData::embedded(), vec![check], &mut |_| {}).unwrap();
     let divergence = take::<ReplayCheck<ClusterMessage>>(observers.remove(0)).outcome().expect("it diverges");
     assert_eq!(divergence.index, target as u64);
     assert_eq!(

@@ -3,6 +3,7 @@
 //! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
 //! to files and stdout; progress and logs go to stderr.
 
+mod listing;
 mod logging;
 mod replay;
 mod summary;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use blis_actors::{ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput, run_observed};
+use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
 use blis_kernel::{HostKind, Observer, SimTime};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -53,9 +55,17 @@ enum Command {
         /// Record the run's inputs and every delivered message to this file, for `replay`.
         #[arg(long)]
         record: Option<PathBuf>,
+        #[command(flatten)]
+        data: DataArgs,
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+    },
+    /// List the catalog's chips and models and the registry's coefficients, with ranks and
+    /// sources.
+    Catalog {
+        #[command(flatten)]
+        data: DataArgs,
     },
     /// Check that a trace file is what Perfetto needs.
     TraceCheck {
@@ -69,7 +79,36 @@ enum Command {
         /// Kernel host for the re-run.
         #[arg(long, value_enum, default_value_t = Host::Inline)]
         host: Host,
+        #[command(flatten)]
+        data: DataArgs,
     },
+}
+
+/// Where the cost model's data comes from (embedded unless replaced).
+#[derive(clap::Args)]
+struct DataArgs {
+    /// Replace the embedded catalog with a folder laid out like costmodel/data (chips.yaml,
+    /// models/*.yaml).
+    #[arg(long)]
+    catalog: Option<PathBuf>,
+    /// Replace the embedded coefficient registry with this YAML file.
+    #[arg(long)]
+    registry: Option<PathBuf>,
+    /// Add a model from a Hugging Face config.json, as NAME=PATH (repeatable).
+    #[arg(long = "model-config", value_name = "NAME=PATH")]
+    model_configs: Vec<String>,
+}
+
+impl DataArgs {
+    fn load(&self) -> Result<CostData, String> {
+        let mut models = Vec::new();
+        for spec in &self.model_configs {
+            let (name, path) =
+                spec.split_once('=').ok_or_else(|| format!("--model-config {spec}: expected NAME=PATH"))?;
+            models.push((name.to_owned(), Path::new(path)));
+        }
+        CostData::load(self.catalog.as_deref(), self.registry.as_deref(), &models).map_err(|e| e.to_string())
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -90,12 +129,26 @@ impl Host {
 fn main() -> ExitCode {
     logging::init();
     match Cli::parse().command {
-        Command::Run { scenario, seed, out, host, trace, trace_filter, record, quiet } => {
+        Command::Run { scenario, seed, out, host, trace, trace_filter, record, data, quiet } => {
+            let data = match data.load() {
+                Ok(data) => data,
+                Err(message) => return fail(2, message),
+            };
             let outputs = Outputs { out, trace, trace_filter, record };
-            run(scenario.as_deref(), RunOptions { seed, host: host.kind() }, &outputs, quiet)
+            run(scenario.as_deref(), RunOptions { seed, host: host.kind() }, &data, &outputs, quiet)
         }
+        Command::Catalog { data } => match data.load() {
+            Ok(data) => {
+                print!("{}", listing::render(&data));
+                ExitCode::SUCCESS
+            }
+            Err(message) => fail(2, message),
+        },
         Command::TraceCheck { file } => trace_check(&file),
-        Command::Replay { file, host } => replay(&file, host.kind()),
+        Command::Replay { file, host, data } => match data.load() {
+            Ok(data) => replay(&file, host.kind(), &data),
+            Err(message) => fail(2, message),
+        },
     }
 }
 
@@ -112,7 +165,13 @@ fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(code)
 }
 
-fn run(scenario: Option<&Path>, options: RunOptions, outputs: &Outputs, quiet: bool) -> ExitCode {
+fn run(
+    scenario: Option<&Path>,
+    options: RunOptions,
+    data: &CostData,
+    outputs: &Outputs,
+    quiet: bool,
+) -> ExitCode {
     let (source, text) = match scenario {
         None => ("default scenario".to_owned(), DEFAULT_SCENARIO.to_owned()),
         Some(path) => match std::fs::read_to_string(path) {
@@ -140,6 +199,8 @@ fn run(scenario: Option<&Path>, options: RunOptions, outputs: &Outputs, quiet: b
             blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
             scenario: text.clone(),
             seed: options.seed,
+            catalog_sha256: data.catalog_sha256.clone(),
+            registry_sha256: data.registry_sha256.clone(),
         };
         match File::create(path) {
             Ok(file) => observers.push(Box::new(MessageLog::new(BufWriter::new(file), &inputs.to_text()))),
@@ -149,7 +210,7 @@ fn run(scenario: Option<&Path>, options: RunOptions, outputs: &Outputs, quiet: b
         }
     }
     tracing::info!(scenario = %source, "running");
-    let (output, observers) = match run_with_progress(&text, options, observers, quiet) {
+    let (output, observers) = match run_with_progress(&text, options, data, observers, quiet) {
         Ok(done) => done,
         Err(RunError::Input(error)) => return fail(2, format_args!("{source}: {error}")),
         Err(error @ RunError::Kernel(_)) => return fail(1, format_args!("{source}: {error}")),
@@ -190,6 +251,7 @@ fn downcast<T: Observer<ClusterMessage>>(observer: Option<Box<dyn Observer<Clust
 fn run_with_progress(
     text: &str,
     options: RunOptions,
+    data: &CostData,
     observers: Observers,
     quiet: bool,
 ) -> Result<(RunOutput, Observers), RunError> {
@@ -200,7 +262,7 @@ fn run_with_progress(
         )
         .expect("the progress template is valid"),
     );
-    let outcome = run_observed(text, options, observers, &mut |p: Progress| {
+    let outcome = run_observed(text, options, data, observers, &mut |p: Progress| {
         bar.set_length(p.total);
         bar.set_position(p.answered);
         bar.set_message(format!("{:.1} s", p.simulated.as_secs_f64()));
@@ -234,7 +296,7 @@ fn trace_check(file: &Path) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn replay(file: &Path, host: HostKind) -> ExitCode {
+fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
     let recorded = match File::open(file)
         .map_err(|e| e.to_string())
         .and_then(|f| RecordedRun::read(f).map_err(|e| e.to_string()))
@@ -262,11 +324,22 @@ fn replay(file: &Path, host: HostKind) -> ExitCode {
             ),
         );
     }
+    if (&inputs.catalog_sha256, &inputs.registry_sha256) != (&data.catalog_sha256, &data.registry_sha256) {
+        return fail(
+            2,
+            format_args!(
+                "{}: recorded with other cost-model data (catalog {}, registry {}); give the same --catalog, --registry and --model-config",
+                file.display(),
+                inputs.catalog_sha256,
+                inputs.registry_sha256
+            ),
+        );
+    }
     let recorded_count = recorded.deliveries.len();
     let check: Box<dyn Observer<ClusterMessage>> =
         Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries));
     let options = RunOptions { seed: inputs.seed, host };
-    let (output, observers) = match run_observed(&inputs.scenario, options, vec![check], &mut |_| {}) {
+    let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
         Ok(done) => done,
         Err(error) => {
             return fail(1, format_args!("{}: the recorded run does not run: {error}", file.display()));

@@ -12,6 +12,10 @@ pub struct Inputs {
     pub scenario: String,
     /// The seed the command line gave, if any.
     pub seed: Option<u64>,
+    /// The catalog the run used (its content hash).
+    pub catalog_sha256: String,
+    /// The registry the run used (its content hash).
+    pub registry_sha256: String,
 }
 
 impl Inputs {

@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Dtype, ModelArchitecture};
+use crate::rank::RankShares;
 
 /// Which upstream engine, at which release, a pool models.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -201,6 +202,8 @@ pub struct StepPrice {
     /// Wall time of the step on the device, in microseconds (not yet rounded; the engine host
     /// applies the one rounding rule).
     pub micros: f64,
+    /// The same time split by the rank of the coefficients that priced each part.
+    pub by_rank: RankShares,
 }
 
 /// What an engine port asks of the hardware: memory at plan time, a price per step at run time.

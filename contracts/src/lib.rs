@@ -12,6 +12,7 @@ mod call;
 mod engine;
 mod error;
 mod model;
+mod rank;
 mod result;
 mod scenario;
 mod workload;
@@ -24,8 +25,10 @@ pub use engine::{
 };
 pub use error::{FieldError, join_path};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
+pub use rank::{Fact, Rank, RankShares};
 pub use result::{
-    FateCounts, LatencySummary, Metrics, RESULT_SCHEMA, RunResult, ScenarioRecord, SimulationRecord,
+    DataRecord, FateCounts, LatencySummary, Metrics, PricingRecord, RESULT_SCHEMA, RunResult, ScenarioRecord,
+    SimulationRecord,
 };
 pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,

@@ -41,17 +41,35 @@ pub enum AttentionKind {
         /// Tokens in the window.
         window: u32,
     },
+    /// Multi-head latent attention (DeepSeek): keys and values are cached as one compressed
+    /// latent plus a decoupled RoPE key per token.
+    MultiHeadLatent {
+        /// Width of the compressed key/value latent.
+        kv_lora_rank: u32,
+        /// Width of the compressed query (absent: queries are not compressed).
+        q_lora_rank: Option<u32>,
+        /// Per-head query/key width without RoPE.
+        qk_nope_head_dim: u32,
+        /// Per-head query/key width with RoPE (also the cached RoPE key's width).
+        qk_rope_head_dim: u32,
+        /// Per-head value width.
+        v_head_dim: u32,
+    },
 }
 
 /// Mixture-of-experts layout of the MLP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoeLayout {
-    /// Routed experts per layer.
+    /// Routed experts per MoE layer.
     pub experts: u32,
-    /// Experts each token visits.
+    /// Routed experts each token visits.
     pub experts_per_token: u32,
     /// Intermediate size of one expert.
     pub expert_intermediate_size: u32,
+    /// Experts every token visits besides the routed ones (DeepSeek's shared experts).
+    pub shared_experts: u32,
+    /// Leading layers that keep a dense MLP of `intermediate_size` instead of experts.
+    pub dense_layers: u32,
 }
 
 /// The facts of a model that serving depends on.
@@ -77,8 +95,11 @@ pub struct ModelArchitecture {
     pub max_position_embeddings: u32,
     /// Whether the output projection shares the input embedding's weights.
     pub tie_word_embeddings: bool,
-    /// Format of the weights.
+    /// Format of the stored weights (FP8 for a checkpoint quantized to it).
     pub weight_dtype: Dtype,
+    /// Format of activations, and of the KV cache unless the engine says otherwise
+    /// (`torch_dtype`).
+    pub compute_dtype: Dtype,
     /// Attention type.
     pub attention: AttentionKind,
     /// Present for mixture-of-experts models.

@@ -20,6 +20,10 @@ pub struct RunResult {
     pub engines: Vec<EngineIdentity>,
     /// The scenario as given and as resolved.
     pub scenario: ScenarioRecord,
+    /// Content hashes of the cost model's data.
+    pub data: DataRecord,
+    /// How much of the priced time each rank of coefficient priced.
+    pub pricing: PricingRecord,
     /// How every request ended.
     pub fates: FateCounts,
     /// Latency and throughput over the completed requests.
@@ -35,6 +39,27 @@ pub struct ScenarioRecord {
     pub given: String,
     /// Every default filled in, every engine argument resolved, the facts used.
     pub resolved: serde_json::Value,
+}
+
+/// Content hashes (SHA-256, hex) of the data a run used; equal data gives equal hashes however
+/// it was loaded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataRecord {
+    /// The catalog (chips, models, added model configs).
+    pub catalog_sha256: String,
+    /// The coefficient registry.
+    pub registry_sha256: String,
+}
+
+/// Priced engine time, split by the rank of the coefficients that priced it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PricingRecord {
+    /// All priced step time over all engines, µs.
+    pub priced_us: f64,
+    /// Priced time per rank, µs (ranks that priced nothing are left out).
+    pub by_rank_us: std::collections::BTreeMap<String, f64>,
+    /// Share of the priced time per rank, 0–1 (same keys).
+    pub share_by_rank: std::collections::BTreeMap<String, f64>,
 }
 
 /// Requests by fate. `arrivals` always equals the sum of the others.

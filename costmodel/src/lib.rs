@@ -1,15 +1,22 @@
 //! The cost model: what the hardware costs an engine.
 //!
-//! A [`Catalog`] of facts about chips and models, each with its source and [`Rank`] of trust, and
-//! the pricing of engine steps behind the contracts' `Environment`: memory at plan time (so an
-//! engine can apply its upstream's KV budget rule) and a price per step at run time. The first
-//! price is a [`Roofline`] over weights, KV traffic and FLOPs; it respects the physical floor of
-//! streaming every weight once per step.
+//! A [`Catalog`] of facts about chips and models, each with its source and rank of trust; a
+//! [`Registry`] of coefficients per primitive family and chip, each with its rank, source, fit
+//! range and bundle; and the [`Pricer`], which implements the contracts' `Environment` for one
+//! pool: memory at plan time (so an engine can apply its upstream's KV budget rule) and, at run
+//! time, a price per step computed operator by operator and split by the rank of the
+//! coefficients that priced it. [`CostData`] bundles a catalog and a registry with the content
+//! hashes a Result records.
 
 mod catalog;
-mod roofline;
+mod data;
+mod pricing;
+mod registry;
 mod sizes;
 
-pub use catalog::{Catalog, CatalogModel, Chip, Fact, HfConfig, Rank};
-pub use roofline::Roofline;
-pub use sizes::{ParameterCounts, kv_bytes_per_token_per_gpu};
+pub use blis_contracts::{Fact, Rank};
+pub use catalog::{Catalog, CatalogModel, Chip, HfConfig};
+pub use data::CostData;
+pub use pricing::{Pricer, parameter_summary};
+pub use registry::{EMBEDDED_REGISTRY, Entry, Family, FitRange, Registry, Resolved};
+pub use sizes::{AttentionWidths, ParameterCounts, attention_widths, kv_bytes_per_token_per_gpu};

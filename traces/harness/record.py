@@ -110,7 +110,7 @@ TINY_LLAMA = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "num_hidden_layers": 2,
-    "vocab_size": 32000,
+    "vocab_size": 131072,  # above every token id the workloads use
     "max_position_embeddings": 32768,
     "torch_dtype": "float16",
     "rms_norm_eps": 1e-5,
@@ -332,6 +332,7 @@ class Trace:
         self.hash_owner = {}  # int hash -> (rid, block index)
         self.hash_seen = {}  # rid -> number of block hashes scanned
         self.lines = []
+        self.on_step_start = None  # optional hook(step), used by tools only
         self.stats = {"preemptions": 0, "aborts": [], "max_running": 0}
         # For the header: the max_model_len cap is part of the rule for a request
         for s, p in zip(self.specs, self.prompts):
@@ -448,9 +449,12 @@ class Trace:
                 if isinstance(ev, BlockStored):
                     assert ev.block_size == bs and ev.medium == "GPU"
                     assert ev.lora_id is None and ev.lora_name is None
-                    rid, j = self.hash_owner[ev.block_hashes[0]]
-                    r = self.objs[rid]
+                    # The last hash of a chain fixes the whole chain, so its
+                    # owner holds exactly these blocks.
                     n = len(ev.block_hashes)
+                    rid, jl = self.hash_owner[ev.block_hashes[-1]]
+                    j = jl - n + 1
+                    r = self.objs[rid]
                     assert list(ev.token_ids) == list(r.all_token_ids[j * bs:(j + n) * bs])
                     for t, h in enumerate(ev.block_hashes):
                         assert block_hash_int(r.block_hashes[j + t]) == h
@@ -528,7 +532,6 @@ class Trace:
         rec["cached"] = cached
         rec["preempted"] = preempted
         rec["finished_prev"] = sorted(so.finished_req_ids, key=lambda rid: self.index[rid])
-        rec["sampled"] = sampled
         rec["common_prefix"] = so.num_common_prefix_blocks[0]
         rec["running"] = [r.request_id for r in sched.running]
         rec["waiting"] = [r.request_id for r in sched.waiting]
@@ -577,13 +580,9 @@ class Trace:
             "of_step": step_of,
             "tokens": toks,
             "finished": finished,
-            "stats": {
-                "running": stats.num_running_reqs,
-                "waiting": stats.num_waiting_reqs,
-                "kv_usage": stats.kv_cache_usage,
-                "pc": [pc.requests, pc.queries, pc.hits,
-                       pc.preempted_requests, pc.preempted_queries, pc.preempted_hits],
-            },
+            "stats": [stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage,
+                      pc.requests, pc.queries, pc.hits,
+                      pc.preempted_requests, pc.preempted_queries, pc.preempted_hits],
             "free_blocks": self.num_free(),
             "free_q": self.free_queue_digest(),
             "kv_events": self.encode_events(new_batches),
@@ -612,7 +611,9 @@ class Trace:
         self.lines.append(self.header())
         while True:
             assert step < MAX_STEPS, "runaway workload"
-            rec = {"step": step, "added": [], "aborted": [], "abort_state": []}
+            rec = {"step": step, "added": [], "aborted": []}
+            if self.on_step_start is not None:
+                self.on_step_start(step)
             todo = sorted(static.pop(step, []) + ready)
             ready = []
             for i in todo:
@@ -625,13 +626,12 @@ class Trace:
                 exp = self.specs[i].get("expect_abort")
                 assert exp is None or exp == state, (self.w["name"], self.mode, rid, step, state, exp)
                 sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
-                rec["aborted"].append(rid)
-                rec["abort_state"].append(state)
+                rec["aborted"].append([rid, state])
                 self.stats["aborts"].append(state)
                 if state in ("waiting", "running", "preempted"):
                     self.finished[rid] = "abort"
             for key in ("scheduled", "total", "new", "cached", "preempted", "finished_prev",
-                        "sampled", "common_prefix", "running", "waiting", "free_blocks", "free_q"):
+                        "common_prefix", "running", "waiting", "free_blocks", "free_q"):
                 rec[key] = None
             rec["update"] = None
 
@@ -723,7 +723,7 @@ def main():
             total_steps += st["steps"]
             with open(path, "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()
-            hits = sum(line["update"]["stats"]["pc"][2] + line["update"]["stats"]["pc"][5]
+            hits = sum(line["update"]["stats"][5] + line["update"]["stats"][8]
                        for line in lines[1:] if line.get("update"))
             index.append((name, st["steps"], len(tr.specs), st["preemptions"],
                           ",".join(st["aborts"]) or "-", hits, size, digest))

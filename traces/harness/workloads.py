@@ -110,18 +110,18 @@ def w_poisson_basic():
 
 def w_poisson_tight():
     rng = random.Random(1002)
-    arr = poisson_arrivals(rng, 40, 3)
-    reqs = [req(toks(rng, rng.randint(30, 250)), rng.randint(40, 200), a) for a in arr]
+    arr = poisson_arrivals(rng, 18, 3)
+    reqs = [req(toks(rng, rng.randint(30, 250)), rng.randint(30, 150), a) for a in arr]
     return dict(name="poisson-tight",
-                description="40 random prompts, mean gap 3 steps, 48 usable blocks: preemption under FCFS",
+                description="18 random prompts, mean gap 3 steps, 48 usable blocks: preemption under FCFS",
                 config=cfg(num_gpu_blocks=49, max_model_len=512), requests=reqs)
 
 
 def w_burst():
     rng = random.Random(1003)
-    reqs = [req(toks(rng, rng.randint(16, 200)), rng.randint(20, 160), 0) for _ in range(48)]
+    reqs = [req(toks(rng, rng.randint(16, 200)), rng.randint(20, 160), 0) for _ in range(32)]
     return dict(name="burst",
-                description="48 requests all at step 0, max_num_seqs 16, budget 512",
+                description="32 requests all at step 0, max_num_seqs 16, budget 512",
                 config=cfg(max_num_seqs=16, max_num_batched_tokens=512, num_gpu_blocks=401),
                 requests=reqs)
 
@@ -223,7 +223,7 @@ def w_preempt_tight_a():
     rng = random.Random(1009)
     # max_model_len 512 -> 32 blocks per full request; 32 + 4 usable blocks
     reqs = [req(toks(rng, rng.randint(60, 250)), rng.randint(150, 260), rng.randint(0, 30))
-            for _ in range(10)]
+            for _ in range(6)]
     reqs.sort(key=lambda r: r["arrival_step"])
     return dict(name="preempt-tight-a",
                 description="36 usable blocks (one 512-token request + 4 blocks), long outputs: repeated preemption",
@@ -235,10 +235,10 @@ def w_preempt_tight_a():
 def w_preempt_tight_b():
     rng = random.Random(1010)
     reqs = [req(toks(rng, rng.randint(20, 120)), rng.randint(60, 130), rng.randint(0, 60))
-            for _ in range(20)]
+            for _ in range(14)]
     reqs.sort(key=lambda r: r["arrival_step"])
     return dict(name="preempt-tight-b",
-                description="max_model_len 256 (16 blocks), 21 usable blocks, 20 requests: preempt/resume churn",
+                description="max_model_len 256 (16 blocks), 21 usable blocks, 14 requests: preempt/resume churn",
                 config=cfg(num_gpu_blocks=22, max_model_len=256, max_num_seqs=8,
                            max_num_batched_tokens=64),
                 requests=reqs)
@@ -247,7 +247,7 @@ def w_preempt_tight_b():
 def w_preempt_tight_bs32():
     rng = random.Random(1011)
     reqs = [req(toks(rng, rng.randint(40, 300)), rng.randint(80, 200), rng.randint(0, 40))
-            for _ in range(14)]
+            for _ in range(8)]
     reqs.sort(key=lambda r: r["arrival_step"])
     return dict(name="preempt-tight-bs32",
                 description="block_size 32, max_model_len 512 (16 blocks), 19 usable blocks: preemption",
@@ -311,7 +311,7 @@ def w_no_chunked_prefill():
 def w_no_chunked_tight():
     rng = random.Random(1017)
     reqs = [req(toks(rng, rng.randint(50, 300)), rng.randint(60, 180), rng.randint(0, 40))
-            for _ in range(14)]
+            for _ in range(9)]
     reqs.sort(key=lambda r: r["arrival_step"])
     return dict(name="no-chunked-tight",
                 description="chunked prefill off with a tight cache (40 usable blocks): preemption and whole-prompt admission",
@@ -460,7 +460,10 @@ def w_max_model_len_cap():
     for i in range(8):
         p = toks(rng, rng.randint(40, 200))
         # max_tokens beyond max_model_len - prompt: the request stops at max_model_len
-        reqs.append(req(p, 300 - len(p) + rng.choice([-3, -1, 0, 1, 5, 40]), rng.randint(0, 10)))
+        reqs.append(req(p, 256 - len(p) + rng.choice([-3, -1, 0, 1, 5, 40]), rng.randint(0, 10)))
+    # prompt + max_tokens exactly max_model_len, and one less
+    reqs.append(req(toks(rng, 100), 156, 12))
+    reqs.append(req(toks(rng, 120), 135, 12))
     reqs.sort(key=lambda r: r["arrival_step"])
     return dict(name="max-model-len-cap",
                 description="prompt + max_tokens around max_model_len 256: some stop by the max_model_len cap",
@@ -471,11 +474,11 @@ def w_max_model_len_cap():
 
 def w_long_decode():
     rng = random.Random(1028)
-    reqs = [req(toks(rng, rng.randint(10, 60)), rng.randint(300, 700), rng.randint(0, 50))
-            for _ in range(6)]
+    reqs = [req(toks(rng, rng.randint(10, 60)), rng.randint(250, 600), rng.randint(0, 50))
+            for _ in range(5)]
     reqs.sort(key=lambda r: r["arrival_step"])
     return dict(name="long-decode",
-                description="6 requests with 300-700 output tokens: long steady decode",
+                description="5 requests with 250-600 output tokens: long steady decode",
                 config=cfg(num_gpu_blocks=301, max_num_seqs=4, max_num_batched_tokens=64),
                 requests=reqs)
 
@@ -521,7 +524,7 @@ def w_mixed_everything():
     rng = random.Random(1031)
     sys_a = toks(rng, 16 * 6)
     reqs = []
-    arr = poisson_arrivals(rng, 30, 4)
+    arr = poisson_arrivals(rng, 22, 4)
     for i, a in enumerate(arr):
         if i % 4 == 0:
             p = sys_a + toks(rng, rng.randint(5, 60))
@@ -567,7 +570,32 @@ BUILDERS = [
 
 # Aborts: (workload name) -> list of (request index, abort_step, expected state).
 # The steps were chosen by reading the recorded traces; record.py checks the state.
-ABORTS = {}
+ABORTS = {
+    "aborts": [
+        (4, 20, "waiting"),
+        (3, 30, "preempted"),
+        (2, 60, "running"),
+        (12, 100, "waiting"),
+        (7, 130, "preempted"),
+        (9, 200, "running"),
+        (15, {"sync": 250, "async": 251}, "preempted"),
+    ],
+    "aborts-chunked": [
+        (3, 9, "running"),      # in the middle of its chunked prefill
+        (9, 28, "waiting"),
+        (4, 40, "running"),     # decoding
+        (0, 90, "finished"),    # already finished: finish_requests ignores it
+        (12, 120, "running"),   # two aborts in one step, applied in index order
+        (13, 120, "waiting"),
+        (14, 125, "running"),   # in the middle of its chunked prefill
+    ],
+    "priority-multiturn-aborts": [
+        (13, 35, "waiting"),
+        (8, 40, "running"),
+        (14, {"sync": 195, "async": 196}, "preempted"),
+        (19, {"sync": 196, "async": 197}, "running"),
+    ],
+}
 
 
 def build():

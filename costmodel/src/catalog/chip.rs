@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rank::Fact;
+use blis_contracts::Fact;
 
 /// One accelerator's facts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,4 +25,31 @@ pub struct Chip {
     /// Host PCIe bandwidth per GPU, one direction, B/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_bandwidth: Option<Fact>,
+}
+
+impl Chip {
+    /// Refuse values pricing cannot use: non-positive or non-finite peaks, bandwidths and
+    /// capacity.
+    pub fn validate(&self) -> Result<(), blis_contracts::FieldError> {
+        let facts = [
+            ("bf16_dense_flops", Some(&self.bf16_dense_flops)),
+            ("hbm_bandwidth", Some(&self.hbm_bandwidth)),
+            ("hbm_capacity", Some(&self.hbm_capacity)),
+            ("fp8_dense_flops", self.fp8_dense_flops.as_ref()),
+            ("nvlink_bandwidth", self.nvlink_bandwidth.as_ref()),
+            ("pcie_bandwidth", self.pcie_bandwidth.as_ref()),
+        ];
+        for (field, fact) in facts {
+            if let Some(fact) = fact
+                && !(fact.value.is_finite() && fact.value > 0.0)
+            {
+                return Err(blis_contracts::FieldError::new(
+                    format!("{field}.value"),
+                    fact.value,
+                    "must be a positive number",
+                ));
+            }
+        }
+        Ok(())
+    }
 }

@@ -5,19 +5,25 @@
 
 mod chip;
 mod model;
-mod rank;
 
 pub use chip::Chip;
 pub use model::{CatalogModel, HfConfig};
-pub use rank::{Fact, Rank};
 
 use blis_contracts::{FieldError, yaml};
 use serde::Deserialize;
 
 const CHIPS: &str = include_str!("../../data/chips.yaml");
 const MODELS: &[(&str, &str)] = &[
+    ("deepseek-v3.yaml", include_str!("../../data/models/deepseek-v3.yaml")),
     ("llama-2-70b.yaml", include_str!("../../data/models/llama-2-70b.yaml")),
+    ("llama-3.1-405b.yaml", include_str!("../../data/models/llama-3.1-405b.yaml")),
+    ("llama-3.1-70b.yaml", include_str!("../../data/models/llama-3.1-70b.yaml")),
     ("llama-3.1-8b.yaml", include_str!("../../data/models/llama-3.1-8b.yaml")),
+    ("mistral-7b-v0.1.yaml", include_str!("../../data/models/mistral-7b-v0.1.yaml")),
+    ("mixtral-8x7b-v0.1.yaml", include_str!("../../data/models/mixtral-8x7b-v0.1.yaml")),
+    ("qwen2.5-72b.yaml", include_str!("../../data/models/qwen2.5-72b.yaml")),
+    ("qwen2.5-7b.yaml", include_str!("../../data/models/qwen2.5-7b.yaml")),
+    ("qwen3-32b.yaml", include_str!("../../data/models/qwen3-32b.yaml")),
 ];
 
 /// All chips and models known to a run.
@@ -33,6 +39,13 @@ struct ChipFile {
     chips: Vec<Chip>,
 }
 
+/// The embedded catalog's files, named as in `costmodel/data` (`chips.yaml`, `models/…`).
+pub(crate) fn embedded_files() -> Vec<(String, &'static str)> {
+    let mut files = vec![("chips.yaml".to_owned(), CHIPS)];
+    files.extend(MODELS.iter().map(|(name, text)| (format!("models/{name}"), *text)));
+    files
+}
+
 impl Catalog {
     /// The catalog compiled into this binary.
     pub fn embedded() -> Catalog {
@@ -42,6 +55,9 @@ impl Catalog {
     /// A catalog from a chips file and named model files; refusals name the file and field.
     pub fn from_texts(chips: &str, models: &[(&str, &str)]) -> Result<Catalog, FieldError> {
         let chips = yaml::from_str::<ChipFile>(chips).map_err(|e| e.within("chips.yaml"))?.chips;
+        for (i, chip) in chips.iter().enumerate() {
+            chip.validate().map_err(|e| e.within(&format!("chips.yaml.chips[{i}]")))?;
+        }
         let mut loaded = Vec::with_capacity(models.len());
         for (file, text) in models {
             loaded.push(CatalogModel::parse(text).map_err(|e| e.within(file))?);
@@ -61,6 +77,32 @@ impl Catalog {
             }
         }
         Ok(Catalog { chips, models: loaded })
+    }
+
+    /// Add a model named `name` from a Hugging Face `config.json` text found at `source`.
+    pub fn add_hf_config(&mut self, name: &str, json: &str, source: &str) -> Result<(), FieldError> {
+        if self.models.iter().any(|m| m.architecture.name == name) {
+            return Err(FieldError::new("name", name, "a model of this name is already in the catalog"));
+        }
+        let config: HfConfig = serde_json::from_str(json)
+            .map_err(|e| FieldError::at("config.json", format!("not a readable config: {e}")))?;
+        let architecture = config.architecture(name)?;
+        self.models.push(CatalogModel {
+            architecture,
+            rank: blis_contracts::Rank::VendorSpec,
+            source: format!("Hugging Face config.json at {source}"),
+        });
+        Ok(())
+    }
+
+    /// Every chip, in catalog order.
+    pub fn chips(&self) -> &[Chip] {
+        &self.chips
+    }
+
+    /// Every model, in catalog order.
+    pub fn models(&self) -> &[CatalogModel] {
+        &self.models
     }
 
     /// The chip called `name`, asked for at `path`.

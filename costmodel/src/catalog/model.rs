@@ -3,7 +3,7 @@
 use blis_contracts::{AttentionKind, Dtype, FieldError, ModelArchitecture, MoeLayout, yaml};
 use serde::Deserialize;
 
-use super::rank::Rank;
+use blis_contracts::Rank;
 
 /// The fields of a Hugging Face `config.json` that serving depends on. It is an external
 /// format with many more fields, so unknown fields are ignored here, not refused.
@@ -35,8 +35,35 @@ pub struct HfConfig {
     pub use_sliding_window: Option<bool>,
     /// Routed experts (Mixtral style).
     pub num_local_experts: Option<u32>,
-    /// Experts per token (Mixtral style).
+    /// Routed experts each token visits.
     pub num_experts_per_tok: Option<u32>,
+    /// Routed experts (DeepSeek style).
+    pub n_routed_experts: Option<u32>,
+    /// Shared experts every token visits (DeepSeek style).
+    pub n_shared_experts: Option<u32>,
+    /// Width of one expert (DeepSeek style; Mixtral uses `intermediate_size`).
+    pub moe_intermediate_size: Option<u32>,
+    /// Leading layers with a dense MLP (DeepSeek style).
+    pub first_k_dense_replace: Option<u32>,
+    /// Compressed key/value width (multi-head latent attention).
+    pub kv_lora_rank: Option<u32>,
+    /// Compressed query width (multi-head latent attention).
+    pub q_lora_rank: Option<u32>,
+    /// Per-head query/key width without RoPE (multi-head latent attention).
+    pub qk_nope_head_dim: Option<u32>,
+    /// Per-head query/key width with RoPE (multi-head latent attention).
+    pub qk_rope_head_dim: Option<u32>,
+    /// Per-head value width (multi-head latent attention).
+    pub v_head_dim: Option<u32>,
+    /// How the checkpoint's weights are quantized, if they are.
+    pub quantization_config: Option<QuantizationConfig>,
+}
+
+/// The part of a `quantization_config` that decides the weight format.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct QuantizationConfig {
+    /// The method, e.g. `fp8`.
+    pub quant_method: Option<String>,
 }
 
 /// A catalog model: its architecture with the source and rank of the config it came from.
@@ -99,7 +126,7 @@ impl HfConfig {
                 ));
             }
         };
-        let weight_dtype = match self.torch_dtype.as_deref() {
+        let compute_dtype = match self.torch_dtype.as_deref() {
             Some("bfloat16") => Dtype::Bfloat16,
             Some("float16") => Dtype::Float16,
             Some("float32") => Dtype::Float32,
@@ -108,25 +135,46 @@ impl HfConfig {
             }
             None => return Err(FieldError::at("torch_dtype", "missing from the model config")),
         };
-        let attention = match (self.sliding_window, self.use_sliding_window) {
-            (Some(window), None | Some(true)) => AttentionKind::SlidingWindow { window },
+        let weight_dtype = match self.quantization_config.as_ref().and_then(|q| q.quant_method.as_deref()) {
+            None => compute_dtype,
+            Some("fp8") => Dtype::Fp8,
+            Some(other) => {
+                return Err(FieldError::new(
+                    "quantization_config.quant_method",
+                    other,
+                    "a quantization the catalog does not know (fp8 is known)",
+                ));
+            }
+        };
+        let attention = match (self.kv_lora_rank, self.sliding_window, self.use_sliding_window) {
+            (Some(kv_lora_rank), ..) => AttentionKind::MultiHeadLatent {
+                kv_lora_rank,
+                q_lora_rank: self.q_lora_rank,
+                qk_nope_head_dim: required(self.qk_nope_head_dim, "qk_nope_head_dim")?,
+                qk_rope_head_dim: required(self.qk_rope_head_dim, "qk_rope_head_dim")?,
+                v_head_dim: required(self.v_head_dim, "v_head_dim")?,
+            },
+            (None, Some(window), None | Some(true)) => AttentionKind::SlidingWindow { window },
             _ => AttentionKind::Full,
         };
         let intermediate_size = required(self.intermediate_size, "intermediate_size")?;
-        let moe = match (self.num_local_experts, self.num_experts_per_tok) {
+        let experts = self.num_local_experts.or(self.n_routed_experts);
+        let moe = match (experts, self.num_experts_per_tok) {
             (Some(experts), Some(per_token)) if experts > 0 && per_token > 0 && per_token <= experts => {
                 Some(MoeLayout {
                     experts,
                     experts_per_token: per_token,
-                    expert_intermediate_size: intermediate_size,
+                    expert_intermediate_size: self.moe_intermediate_size.unwrap_or(intermediate_size),
+                    shared_experts: self.n_shared_experts.unwrap_or(0),
+                    dense_layers: self.first_k_dense_replace.unwrap_or(0),
                 })
             }
-            (None, None) => None,
+            (None, _) => None,
             (experts, per_token) => {
                 return Err(FieldError::at(
-                    "num_local_experts",
+                    "num_experts_per_tok",
                     format!(
-                        "num_local_experts ({experts:?}) and num_experts_per_tok ({per_token:?}) must both be set, positive, and per-token at most the total"
+                        "the routed experts ({experts:?}) and experts per token ({per_token:?}) must both be set, positive, and per-token at most the total"
                     ),
                 ));
             }
@@ -143,6 +191,7 @@ impl HfConfig {
             max_position_embeddings: required(self.max_position_embeddings, "max_position_embeddings")?,
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
             weight_dtype,
+            compute_dtype,
             attention,
             moe,
         })

@@ -42,8 +42,10 @@ pub struct VllmArgs {
     pub enforce_eager: Option<bool>,
     /// Scheduling policy (only `fcfs` is modelled).
     pub scheduling_policy: Option<String>,
-    /// KV-cache element format (only `auto`, the model's dtype, is modelled).
+    /// KV-cache element format: `auto` (the model's dtype) or an FP8 format.
     pub kv_cache_dtype: Option<String>,
+    /// Weight quantization applied at load (`fp8`).
+    pub quantization: Option<String>,
 }
 
 /// A resolved vLLM configuration: every value the simulation uses.
@@ -77,6 +79,10 @@ pub struct VllmConfig {
     pub enforce_eager: bool,
     /// Scheduling policy.
     pub scheduling_policy: String,
+    /// KV-cache element format as given (`auto`, `fp8`, `fp8_e4m3`, `fp8_e5m2`).
+    pub kv_cache_dtype: String,
+    /// Weight quantization applied at load, if any.
+    pub quantization: Option<String>,
 }
 
 /// What vLLM's defaults depend on about the device.
@@ -120,11 +126,19 @@ impl VllmArgs {
                 "only the fcfs policy is modelled yet",
             ));
         }
-        if let Some(dtype) = self.kv_cache_dtype.as_deref().filter(|&d| d != "auto") {
+        let kv_cache_dtype = self.kv_cache_dtype.clone().unwrap_or_else(|| "auto".to_owned());
+        if !["auto", "fp8", "fp8_e4m3", "fp8_e5m2"].contains(&kv_cache_dtype.as_str()) {
             return Err(FieldError::new(
                 at("kv_cache_dtype"),
-                dtype,
-                "only `auto` (the model's dtype) is modelled yet",
+                &kv_cache_dtype,
+                "the formats modelled are auto (the model's dtype), fp8, fp8_e4m3 and fp8_e5m2",
+            ));
+        }
+        if let Some(method) = self.quantization.as_deref().filter(|&q| q != "fp8") {
+            return Err(FieldError::new(
+                at("quantization"),
+                method,
+                "only fp8 weight quantization is modelled yet",
             ));
         }
         let tensor_parallel_size =
@@ -218,6 +232,8 @@ impl VllmArgs {
             async_scheduling: false,
             enforce_eager: true,
             scheduling_policy: policy,
+            kv_cache_dtype,
+            quantization: self.quantization.clone(),
         })
     }
 }

@@ -12,7 +12,7 @@
 //! start where vLLM refuses, with vLLM's own condition.
 
 use blis_contracts::{
-    AttentionKind, EngineIdentity, Environment, FieldError, GraphPolicy, KvPlan, MemoryFootprint,
+    AttentionKind, Dtype, EngineIdentity, Environment, FieldError, GraphPolicy, KvPlan, MemoryFootprint,
     ModelArchitecture, ParallelLayout, PoolPlan,
 };
 use serde::Serialize;
@@ -62,18 +62,29 @@ pub fn plan(
     environment: impl FnOnce(&PoolPlan) -> Box<dyn Environment>,
     pool_path: &str,
 ) -> Result<(VllmPlan, Box<dyn Environment>), FieldError> {
-    if let AttentionKind::SlidingWindow { window } = model.attention {
+    let unlowered = match model.attention {
+        AttentionKind::Full => None,
+        AttentionKind::SlidingWindow { window } => {
+            Some(format!("sliding-window attention (window {window})"))
+        }
+        AttentionKind::MultiHeadLatent { .. } => Some("multi-head latent attention (MLA)".to_owned()),
+    };
+    if let Some(attention) = unlowered {
         return Err(FieldError::new(
             format!("{pool_path}.model"),
             &model.name,
-            format!("sliding-window attention (window {window}) is not lowered by the vLLM port yet"),
+            format!("{attention} is not lowered by the vLLM port yet"),
         ));
     }
     let path = &format!("{pool_path}.engine.args");
     let config = args.resolve(model, device, path)?;
     let tp = config.tensor_parallel_size;
     let heads_per_gpu = (model.num_kv_heads / tp).max(1);
-    let kv_dtype = model.weight_dtype;
+    let kv_dtype = if config.kv_cache_dtype == "auto" { model.compute_dtype } else { Dtype::Fp8 };
+    let mut model = model.clone();
+    if config.quantization.is_some() {
+        model.weight_dtype = Dtype::Fp8;
+    }
     let bytes_per_block = 2
         * u64::from(model.num_layers)
         * u64::from(heads_per_gpu)
@@ -83,7 +94,7 @@ pub fn plan(
     let mut pool = PoolPlan {
         engine: EngineIdentity { kind: "vllm".to_owned(), version: config.version.clone() },
         chip: device.name.to_owned(),
-        model: model.clone(),
+        model,
         layout: ParallelLayout { tensor: tp, pipeline: 1, data: 1 },
         kv: KvPlan {
             block_size: config.block_size,
