@@ -119,3 +119,34 @@ fn a_bad_trace_filter_is_refused_naming_it() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("requests=a-999: no such request"));
 }
+
+#[test]
+fn the_catalog_lists_chips_models_and_entries_with_ranks() {
+    let output = blis_actor(&["catalog"]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    for needle in
+        ["H100-SXM", "MI300X", "Llama-3.1-8B", "DeepSeek-V3", "all_reduce", "literature", "registry sha256"]
+    {
+        assert!(stdout.contains(needle), "{needle} missing");
+    }
+}
+
+#[test]
+fn an_ambiguous_registry_is_refused_naming_both_entries() {
+    let dir = scratch("registry");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("registry.yaml");
+    let embedded = blis_costmodel::EMBEDDED_REGISTRY;
+    let twin = "  - family: host\n    chip: \"*\"\n    rank: literature\n    source: \"a second opinion\"\n    params: { step_us: 1, request_us: 0, sampled_token_us: 0 }\n";
+    std::fs::write(&path, format!("{embedded}{twin}")).unwrap();
+    let output =
+        blis_actor(&["run", &fixture("small.yaml"), "--quiet", "--registry", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("ambiguous") && stderr.contains("a second opinion") && stderr.contains("lower ends"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -430,7 +430,7 @@ def w_bs8_shared():
         if i % 3 == 0:
             reqs.append(follow(len(reqs) - 1, toks(rng, rng.randint(3, 20)), rng.randint(5, 30)))
     return dict(name="bs8-shared-multiturn",
-                description="block_size 8: shared prefixes of 1-7 blocks and follow-up turns, moderately tight",
+                description="block_size 8: shared prefixes of 1-7 blocks and follow-up turns",
                 config=cfg(block_size=8, num_gpu_blocks=121, max_model_len=512,
                            max_num_batched_tokens=64, max_num_seqs=6),
                 requests=reqs)

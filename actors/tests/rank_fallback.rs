@@ -1,0 +1,70 @@
+//! Rank fallback: removing a registry entry makes its lookups fall back to a less trusted one;
+//! the run still succeeds, and the Result's rank breakdown and registry hash say what changed.
+
+use blis_actors::{RunOptions, run_observed};
+use blis_costmodel::{CostData, EMBEDDED_REGISTRY, Registry};
+
+const TP2: &str = r#"
+cluster:
+  router: { policy: round-robin }
+  pools:
+    - name: p
+      replicas: 1
+      hardware: { chip: H100-SXM }
+      model: Llama-3.1-8B
+      engine:
+        kind: vllm
+        version: "0.15.1"
+        args: { tensor_parallel_size: 2, enable_prefix_caching: false, async_scheduling: false, enforce_eager: true }
+workload:
+  clients:
+    - name: a
+      requests: 40
+      arrival: { process: poisson, rate_per_s: 4 }
+      input_tokens: { dist: uniform, min: 50, max: 500 }
+      output_tokens: { dist: uniform, min: 20, max: 100 }
+"#;
+
+/// The embedded registry text without its H100 all-reduce entry.
+fn without_h100_all_reduce() -> String {
+    let start =
+        EMBEDDED_REGISTRY.find("  - family: all_reduce\n    chip: H100-SXM").expect("the entry exists");
+    let end = start + EMBEDDED_REGISTRY[start..].find("\n  - family:").expect("another entry follows") + 1;
+    format!("{}{}", &EMBEDDED_REGISTRY[..start], &EMBEDDED_REGISTRY[end..])
+}
+
+#[test]
+fn removing_an_entry_falls_back_and_the_rank_breakdown_says_so() {
+    let text = without_h100_all_reduce();
+    assert_eq!(Registry::parse(&text).unwrap().entries().len() + 1, Registry::embedded().entries().len());
+    let path = std::env::temp_dir().join(format!("blis-registry-{}.yaml", std::process::id()));
+    std::fs::write(&path, &text).unwrap();
+    let reduced = CostData::load(None, Some(&path), &[]).unwrap();
+    let full = CostData::embedded();
+
+    let run =
+        |data: &CostData| run_observed(TP2, RunOptions::default(), data, Vec::new(), &mut |_| {}).unwrap().0;
+    let (with, without) = (run(&full), run(&reduced));
+    assert_eq!(without.result.fates.completed, 40, "the run still succeeds");
+    assert_ne!(with.result.data.registry_sha256, without.result.data.registry_sha256);
+    let share = |output: &blis_actors::RunOutput, rank: &str| {
+        output.result.pricing.share_by_rank.get(rank).copied().unwrap_or(0.0)
+    };
+    // The all-reduce is now priced by the roofline entry: less literature, more roofline, and
+    // faster steps (no 7 µs latency floor per all-reduce).
+    assert!(share(&without, "literature") < share(&with, "literature"));
+    assert!(share(&without, "roofline") > share(&with, "roofline"));
+    assert!(without.result.metrics.tpot_ms.mean < with.result.metrics.tpot_ms.mean);
+    let resolved = |output: &blis_actors::RunOutput| {
+        output.result.scenario.resolved["pools"][0]["pricing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["family"] == "all_reduce")
+            .unwrap()["rank"]
+            .clone()
+    };
+    assert_eq!(resolved(&with), "literature");
+    assert_eq!(resolved(&without), "roofline");
+    let _ = std::fs::remove_file(path);
+}
