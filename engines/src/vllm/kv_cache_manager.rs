@@ -1,24 +1,57 @@
-//! vLLM's KV-cache manager for one full-attention group: block tables over a block pool.
+//! vLLM's KV-cache manager for one full-attention group: block tables over a block pool, prefix
+//! lookups, slot allocation and caching (`v1/core/kv_cache_manager.py` and
+//! `single_type_kv_cache_manager.py` in 0.15.1).
 //!
-//! `allocate_slots` follows vLLM V1 (`v1/core/kv_cache_manager.py`): a request that has computed
-//! `c` tokens and is given `n` more needs `ceil(min(c + n, max_model_len) / block_size)` blocks
-//! in all; the missing ones come from the free queue's head, all or nothing. Block tables only
-//! grow while a request runs; freeing (finish, preemption) returns them last block first.
+//! `allocate_slots` gives a request with `c` computed tokens (plus `h` prefix-hit tokens) `n`
+//! more: it needs `ceil(min(c + h + n, max_model_len) / block_size)` blocks; those it lacks, plus
+//! any hit blocks that sit in the free queue (touching them takes them out of it), must all be
+//! free, or nothing is allocated. Hit blocks are touched and appended first, new blocks popped
+//! from the free queue's head. With caching on, every block that is now full of known tokens —
+//! up to `min(c + h + n, num_tokens)` — is hashed into the cache. Freeing returns a request's
+//! blocks last first; their hashes stay until the blocks are reused.
 
-use super::block_pool::{BlockId, BlockPool};
+use super::block_hash::BlockHash;
+use super::block_pool::{BlockId, BlockPool, KvEvent};
+use super::request::Request;
 
-/// Block tables of the requests of one instance, over its block pool.
+/// Prefix-cache lookups since the last snapshot, split as vLLM splits them: lookups by
+/// requests never preempted, and by preempted ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    /// Lookups by never-preempted requests.
+    pub requests: u64,
+    /// Tokens those lookups covered.
+    pub queries: u64,
+    /// Tokens they found cached.
+    pub hits: u64,
+    /// Lookups by preempted requests.
+    pub preempted_requests: u64,
+    /// Tokens those covered.
+    pub preempted_queries: u64,
+    /// Tokens they found cached.
+    pub preempted_hits: u64,
+}
+
+/// Block tables and the prefix cache of one instance.
 #[derive(Clone, Debug)]
 pub struct KvCacheManager {
     pool: BlockPool,
     block_size: u32,
     max_model_len: u32,
+    tables: usize,
+    stats: PrefixCacheStats,
 }
 
 impl KvCacheManager {
-    /// A manager over `num_blocks` blocks of `block_size` tokens.
-    pub fn new(num_blocks: u32, block_size: u32, max_model_len: u32) -> KvCacheManager {
-        KvCacheManager { pool: BlockPool::new(num_blocks), block_size, max_model_len }
+    /// A manager over `num_blocks` blocks of `block_size` tokens, prefix caching on or off.
+    pub fn new(num_blocks: u32, block_size: u32, max_model_len: u32, caching: bool) -> KvCacheManager {
+        KvCacheManager {
+            pool: BlockPool::new(num_blocks, caching),
+            block_size,
+            max_model_len,
+            tables: 0,
+            stats: PrefixCacheStats::default(),
+        }
     }
 
     /// The block pool.
@@ -26,41 +59,137 @@ impl KvCacheManager {
         &self.pool
     }
 
-    /// Grow `table` so a request with `num_computed` tokens can compute `num_new` more;
-    /// `false`, with nothing allocated, when the free queue is too short.
-    pub fn allocate_slots(&mut self, table: &mut Vec<BlockId>, num_computed: u32, num_new: u32) -> bool {
-        let tokens = (num_computed + num_new).min(self.max_model_len);
-        let needed = tokens.div_ceil(self.block_size).saturating_sub(table.len() as u32);
-        self.pool.allocate(needed, table)
+    /// Tokens per block.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
     }
 
-    /// Return a request's blocks to the pool, last block first, and empty its table.
-    pub fn free(&mut self, table: &mut Vec<BlockId>) {
-        self.pool.free_blocks(table);
-        table.clear();
+    /// The block size requests hash with, when prefix caching is on.
+    pub(crate) fn hash_block_size(&self) -> Option<usize> {
+        self.pool.caching().then_some(self.block_size as usize)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// The longest cached prefix of `request` in whole blocks, at most `num_tokens − 1` tokens,
+    /// into `hits`; records the lookup. Returns the hit tokens.
+    pub(crate) fn get_computed_blocks(&mut self, request: &Request, hits: &mut Vec<BlockId>) -> u32 {
+        hits.clear();
+        if !self.pool.caching() {
+            return 0;
+        }
+        let max_blocks = (request.num_tokens().saturating_sub(1) / self.block_size) as usize;
+        for hash in request.block_hashes.iter().take(max_blocks) {
+            match self.pool.get_cached_block(hash) {
+                Some(id) => hits.push(id),
+                None => break,
+            }
+        }
+        let hit_tokens = hits.len() as u32 * self.block_size;
+        let queries = u64::from(request.num_tokens());
+        if request.num_preemptions > 0 {
+            self.stats.preempted_requests += 1;
+            self.stats.preempted_queries += queries;
+            self.stats.preempted_hits += u64::from(hit_tokens);
+        } else {
+            self.stats.requests += 1;
+            self.stats.queries += queries;
+            self.stats.hits += u64::from(hit_tokens);
+        }
+        hit_tokens
+    }
 
-    #[test]
-    fn slots_are_allocated_in_whole_blocks_only_when_missing() {
-        let mut kv = KvCacheManager::new(10, 16, 1_000);
-        let mut table = Vec::new();
-        assert!(kv.allocate_slots(&mut table, 0, 17));
-        assert_eq!(table, vec![1, 2]);
-        // 17 computed, one more token still fits in the second block.
-        assert!(kv.allocate_slots(&mut table, 17, 1));
-        assert_eq!(table.len(), 2);
-        // Token 33 needs a third block.
-        assert!(kv.allocate_slots(&mut table, 32, 1));
-        assert_eq!(table, vec![1, 2, 3]);
-        assert!(!kv.allocate_slots(&mut table, 33, 16 * 7), "all or nothing");
-        assert_eq!(table.len(), 3);
-        kv.free(&mut table);
-        assert!(table.is_empty());
-        assert_eq!(kv.pool().num_free(), 9);
+    /// Give `request` slots for `num_new` more tokens after its computed tokens and `hits`
+    /// (blocks found by [`KvCacheManager::get_computed_blocks`], `hit_tokens` tokens); the
+    /// blocks newly taken from the free queue go to `new_blocks`. `false`, with nothing
+    /// changed, when too few blocks are free.
+    pub(crate) fn allocate_slots(
+        &mut self,
+        request: &mut Request,
+        num_new: u32,
+        hit_tokens: u32,
+        hits: &[BlockId],
+        new_blocks: &mut Vec<BlockId>,
+    ) -> bool {
+        let total_computed = (request.num_computed_tokens + hit_tokens).min(self.max_model_len);
+        let need = (total_computed + num_new).min(self.max_model_len);
+        let required = need.div_ceil(self.block_size) as usize;
+        let held = request.blocks.len();
+        let to_allocate = if request.num_cached_blocks_known() {
+            debug_assert!(hits.is_empty(), "a running request has no new prefix hits");
+            required.saturating_sub(held)
+        } else {
+            let evictable = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0 && b != 0).count();
+            required.saturating_sub(hits.len() + held) + evictable
+        };
+        if to_allocate > self.pool.num_free() as usize {
+            return false;
+        }
+        if !hits.is_empty() {
+            self.pool.touch(hits);
+            request.blocks.extend_from_slice(hits);
+            request.num_cached_blocks = Some(request.blocks.len());
+        }
+        if !request.has_table {
+            request.has_table = true;
+            self.tables += 1;
+        }
+        let missing = required.saturating_sub(request.blocks.len()) as u32;
+        let start = new_blocks.len();
+        self.pool.get_new_blocks(missing, new_blocks);
+        request.blocks.extend_from_slice(&new_blocks[start..]);
+        if self.pool.caching() {
+            let cache_to = (total_computed + num_new).min(request.num_tokens());
+            self.cache_blocks(request, cache_to);
+        }
+        true
+    }
+
+    /// Hash into the cache every block of `request` full within its first `num_tokens` tokens.
+    pub(crate) fn cache_blocks(&mut self, request: &mut Request, num_tokens: u32) {
+        if !self.pool.caching() {
+            return;
+        }
+        let cached = request.num_cached_blocks.unwrap_or(0);
+        let full = (num_tokens / self.block_size) as usize;
+        if cached >= full {
+            return;
+        }
+        let hashes: &[BlockHash] = &request.block_hashes;
+        self.pool.cache_full_blocks(request.spec.key, &request.blocks, hashes, cached, full);
+        request.num_cached_blocks = Some(full);
+    }
+
+    /// Return a request's blocks to the pool, last block first.
+    pub(crate) fn free(&mut self, request: &mut Request) {
+        self.pool.free_blocks(request.blocks.iter().rev().copied());
+        request.blocks.clear();
+        request.num_cached_blocks = None;
+        if request.has_table {
+            request.has_table = false;
+            self.tables -= 1;
+        }
+    }
+
+    /// Leading blocks of `request` held by every request that holds blocks (cascade
+    /// attention's common prefix); zero without prefix caching.
+    pub(crate) fn common_prefix_blocks(&self, request: &Request) -> u32 {
+        if !self.pool.caching() {
+            return 0;
+        }
+        request.blocks.iter().take_while(|&&b| self.pool.ref_count(b) as usize == self.tables).count() as u32
+    }
+
+    /// Prefix-cache statistics since the last call, resetting them.
+    pub fn take_stats(&mut self) -> PrefixCacheStats {
+        std::mem::take(&mut self.stats)
+    }
+
+    /// KV events since the last call.
+    pub fn take_events(&mut self, into: &mut Vec<KvEvent>) {
+        self.pool.take_events(into);
+    }
+
+    /// Requests that hold a block table.
+    pub fn tables(&self) -> usize {
+        self.tables
     }
 }

@@ -1,21 +1,25 @@
 //! The vLLM port (V1 engine, release 0.15.1): arguments and their defaults, the plan phase with
-//! the KV budget rule, the block pool and KV-cache manager, the scheduler, and the instance that
-//! ties them to an Environment.
+//! the KV budget rule, block hashing, the block pool and KV-cache manager, the waiting queue, the
+//! scheduler (synchronous and asynchronous), and the instance that ties them to an Environment.
 
 mod args;
+mod block_hash;
 mod block_pool;
 mod engine;
 mod kv_cache_manager;
 mod plan;
+mod queue;
 mod request;
 mod scheduler;
 
 pub use args::{DeviceClass, VLLM_VERSION, VllmArgs, VllmConfig};
-pub use block_pool::{BlockId, BlockPool};
-pub use engine::VllmEngine;
-pub use kv_cache_manager::KvCacheManager;
+pub use block_hash::{BlockHash, event_value, hash_block, none_hash};
+pub use block_pool::{BlockId, BlockPool, KvEvent};
+pub use engine::{Rejection, VllmEngine};
+pub use kv_cache_manager::{KvCacheManager, PrefixCacheStats};
 pub use plan::{KvBudget, VllmPlan, plan};
-pub use request::EngineRequest;
+pub use request::{EngineRequest, Status};
 pub use scheduler::{
-    FinishReason, FinishedRequest, Rejection, Scheduler, SchedulerCounters, SchedulerEvent, SchedulerLimits,
+    Admission, FinishReason, FinishedRequest, Policy, RequestHandle, Scheduled, Scheduler, SchedulerCounters,
+    SchedulerEvent, SchedulerLimits, SchedulerOutput, SchedulerStats, UpdateOutput,
 };

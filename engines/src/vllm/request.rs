@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::block_hash::{BlockHash, extend_hashes};
 use super::block_pool::BlockId;
 
 /// A request handed to an engine: its prompt and the output it will generate.
@@ -13,17 +14,21 @@ use super::block_pool::BlockId;
 pub struct EngineRequest {
     /// The caller's key for the request.
     pub key: u64,
+    /// The request id, as vLLM's priority queue compares it (as a string) to break ties.
+    pub name: Arc<str>,
+    /// Priority under the priority policy (lower is served first).
+    pub priority: i64,
     /// Prompt token ids.
     pub prompt_token_ids: Arc<[u32]>,
     /// The ids it will generate, in order; their count is `max_tokens`.
     pub output_token_ids: Arc<[u32]>,
-    /// When it reached the engine, µs.
+    /// Arrival time, µs; vLLM's `arrival_time`, which orders equal priorities.
     pub arrival_us: u64,
 }
 
 /// Where a request stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Status {
+pub enum Status {
     /// In the waiting queue, never scheduled.
     Waiting,
     /// In the running list.
@@ -35,40 +40,72 @@ pub(crate) enum Status {
 /// A request inside the engine.
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
-    pub(crate) key: u64,
+    pub(crate) spec: EngineRequest,
+    pub(crate) tokens: Vec<u32>,
     pub(crate) num_prompt_tokens: u32,
     pub(crate) max_tokens: u32,
-    pub(crate) num_output_tokens: u32,
     pub(crate) num_computed_tokens: u32,
-    pub(crate) blocks: Vec<BlockId>,
-    pub(crate) status: Status,
-    pub(crate) started: bool,
-    pub(crate) in_prefill: bool,
-    pub(crate) finished: bool,
+    pub(crate) num_output_placeholders: u32,
+    pub(crate) num_cached_tokens: Option<u32>,
     pub(crate) num_preemptions: u32,
+    pub(crate) status: Status,
+    pub(crate) block_hashes: Vec<BlockHash>,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) has_table: bool,
+    pub(crate) num_cached_blocks: Option<usize>,
+    pub(crate) in_prefill: bool,
     pub(crate) token_times_us: Vec<u64>,
 }
 
 impl Request {
-    pub(crate) fn new(request: &EngineRequest) -> Request {
+    pub(crate) fn new(spec: &EngineRequest, hash_block_size: Option<usize>, scratch: &mut Vec<u8>) -> Request {
+        let mut tokens = Vec::with_capacity(spec.prompt_token_ids.len() + spec.output_token_ids.len());
+        tokens.extend_from_slice(&spec.prompt_token_ids);
+        let mut block_hashes = Vec::new();
+        if let Some(block_size) = hash_block_size {
+            extend_hashes(&mut block_hashes, &tokens, block_size, scratch);
+        }
         Request {
-            key: request.key,
-            num_prompt_tokens: request.prompt_token_ids.len() as u32,
-            max_tokens: request.output_token_ids.len() as u32,
-            num_output_tokens: 0,
+            num_prompt_tokens: spec.prompt_token_ids.len() as u32,
+            max_tokens: spec.output_token_ids.len() as u32,
+            spec: spec.clone(),
+            tokens,
             num_computed_tokens: 0,
-            blocks: Vec::new(),
-            status: Status::Waiting,
-            started: false,
-            in_prefill: true,
-            finished: false,
+            num_output_placeholders: 0,
+            num_cached_tokens: None,
             num_preemptions: 0,
-            token_times_us: Vec::with_capacity(request.output_token_ids.len()),
+            status: Status::Waiting,
+            block_hashes,
+            blocks: Vec::new(),
+            has_table: false,
+            num_cached_blocks: None,
+            in_prefill: true,
+            token_times_us: Vec::with_capacity(spec.output_token_ids.len()),
         }
     }
 
-    /// Prompt plus tokens generated so far.
+    /// Whether the manager tracks how many of its blocks are cached (vLLM's
+    /// `num_cached_block` entry: set once it had hits or cached a block, until freed).
+    pub(crate) fn num_cached_blocks_known(&self) -> bool {
+        self.num_cached_blocks.is_some()
+    }
+
+    /// Prompt plus tokens generated so far (vLLM's `num_tokens`).
     pub(crate) fn num_tokens(&self) -> u32 {
-        self.num_prompt_tokens + self.num_output_tokens
+        self.tokens.len() as u32
+    }
+
+    /// Tokens generated so far.
+    pub(crate) fn num_output_tokens(&self) -> u32 {
+        self.num_tokens() - self.num_prompt_tokens
+    }
+
+    /// Append the next planned output token; hashes new full blocks when caching.
+    pub(crate) fn append_output(&mut self, hash_block_size: Option<usize>, scratch: &mut Vec<u8>) {
+        let k = self.num_output_tokens() as usize;
+        self.tokens.push(self.spec.output_token_ids[k]);
+        if let Some(block_size) = hash_block_size {
+            extend_hashes(&mut self.block_hashes, &self.tokens, block_size, scratch);
+        }
     }
 }

@@ -1,34 +1,53 @@
-//! vLLM V1's scheduler, one step at a time (synchronous scheduling, FCFS).
+//! vLLM V1's scheduler, one step at a time: a port of `v1/core/sched/scheduler.py` and
+//! `async_scheduler.py` of release 0.15.1, checked decision by decision against that release
+//! (`traces/vllm-0.15.1/`, replayed by `engines/tests/oracle.rs`).
 //!
-//! A port of `v1/core/sched/scheduler.py` as `../shared/reference/vllm-sglang.md` §A describes
-//! it. There is no prefill or decode phase: each request has `num_computed_tokens`, and each
-//! step hands it new tokens so the count catches up with its prompt plus its outputs. One step:
+//! There is no prefill or decode phase: each request has `num_computed_tokens`, and each step
+//! hands it new tokens so the count catches up with its prompt plus its outputs. One
+//! [`Scheduler::schedule`]:
 //!
 //! 1. **Running requests first**, in list order, while budget remains: each gets
-//!    `min(remaining, long_prefill_token_threshold, budget, max_model_len − 1 − computed)` tokens;
-//!    a request given zero tokens is skipped (the loop goes on). If its slots cannot be
-//!    allocated, the tail of the running list is preempted (recompute: blocks freed, computed
-//!    tokens reset, to the front of the waiting queue) until allocation succeeds or the request
-//!    itself was the tail, in which case the running pass stops.
-//! 2. **Waiting requests** only if nothing was preempted this step, while budget remains and
-//!    fewer than `max_num_seqs` requests run: the head gets its remaining tokens cut to the budget
-//!    (the chunked-prefill cut); if its slots cannot be allocated, admission stops — a waiting
-//!    request never preempts.
-//! 3. Every scheduled request's computed count advances at once (so a chunked prefill can be
-//!    scheduled again next step).
+//!    `min(remaining, long_prefill_token_threshold, budget, max_model_len − 1 − computed)`
+//!    tokens (under asynchronous scheduling a request whose in-flight token is certain to be its
+//!    last is skipped); a request given zero tokens is skipped, the loop goes on. If its slots
+//!    cannot be allocated, a victim is preempted — the tail of the running list (FCFS) or the
+//!    running request with the largest `(priority, arrival)` (priority; if it was already
+//!    scheduled this step its tokens go back to the budget) — until allocation succeeds or the
+//!    request itself was the victim, which ends the running pass. Preemption is by recompute:
+//!    blocks freed, computed tokens reset, back to the front of the waiting queue.
+//! 2. **Waiting requests** only if nothing was preempted, while budget remains and fewer than
+//!    `max_num_seqs` run: the head is looked up in the prefix cache (whole blocks, at most
+//!    `num_tokens − 1` tokens), gets its remaining tokens cut to the budget (the chunked-prefill
+//!    cut; without chunked prefill a prompt that does not fit stops admission), and is admitted
+//!    if its slots can be allocated; otherwise admission stops — a waiting request never
+//!    preempts.
+//! 3. Every scheduled request's computed count advances at once. Synchronously, a request
+//!    samples a token in this step when it has now computed all its tokens; asynchronously, when
+//!    it has computed all its tokens plus those still in flight (an *output placeholder* is then
+//!    added, and removed when the token arrives).
 //!
-//! After the step runs, [`Scheduler::update_from_output`] gives one token to every scheduled
-//! request that has now computed all its tokens (a non-final prefill chunk samples nothing),
-//! finishes those that reached `max_tokens` or `max_model_len`, and frees their blocks.
+//! [`Scheduler::update_from_output`] applies a step's sampled tokens: each goes to its request
+//! (if it still exists), which finishes at `max_tokens` or `max_model_len`; finished requests
+//! free their blocks at once, leave the running (or waiting) list, and are reported with the next
+//! schedule. Aborts ([`Scheduler::abort`]) remove and free a request at once.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 
-use blis_contracts::{StepRequest, StepShape};
-
-use super::kv_cache_manager::KvCacheManager;
+use super::block_pool::{BlockId, KvEvent};
+use super::kv_cache_manager::{KvCacheManager, PrefixCacheStats};
+use super::queue::{PriorityKey, WaitingQueue};
 use super::request::{EngineRequest, Request, Status};
 
-/// The scheduling limits of one instance.
+/// How waiting requests are ordered and running ones chosen for preemption.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// First come first served; the most recently admitted request is preempted first.
+    Fcfs,
+    /// Lowest `(priority, arrival)` first; the highest is preempted first.
+    Priority,
+}
+
+/// The scheduling limits and modes of one instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedulerLimits {
     /// Most requests running.
@@ -41,6 +60,10 @@ pub struct SchedulerLimits {
     pub enable_chunked_prefill: bool,
     /// Per-request token cap per step (0: none).
     pub long_prefill_token_threshold: u32,
+    /// The scheduling policy.
+    pub policy: Policy,
+    /// Asynchronous scheduling: steps are scheduled one ahead of their outputs.
+    pub async_scheduling: bool,
 }
 
 /// Why a request ended.
@@ -48,6 +71,8 @@ pub struct SchedulerLimits {
 pub enum FinishReason {
     /// It generated `max_tokens` tokens, or reached `max_model_len`.
     Length,
+    /// It was aborted.
+    Abort,
 }
 
 /// A request that ended, with the time each of its tokens was produced.
@@ -61,36 +86,12 @@ pub struct FinishedRequest {
     pub reason: FinishReason,
     /// How many times it was preempted.
     pub num_preemptions: u32,
+    /// Prompt tokens found in the prefix cache at its first admission.
+    pub num_cached_tokens: u32,
 }
 
-/// Why a request was refused on arrival.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Rejection {
-    /// Prompt plus requested output exceed `max_model_len` (vLLM's API server answers 400).
-    ExceedsMaxModelLen {
-        /// Prompt tokens.
-        prompt: u32,
-        /// Requested output tokens.
-        max_tokens: u32,
-        /// The limit.
-        max_model_len: u32,
-    },
-    /// An empty prompt.
-    EmptyPrompt,
-}
-
-impl Rejection {
-    /// A short machine-readable reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Rejection::ExceedsMaxModelLen { .. } => "exceeds_max_model_len",
-            Rejection::EmptyPrompt => "empty_prompt",
-        }
-    }
-}
-
-/// A change in one request's life, as the scheduler made it. The scheduler keeps the events of
-/// its last calls until [`Scheduler::clear_events`], for timelines and metrics.
+/// A change in one request's life, kept until [`Scheduler::clear_events`], for timelines and
+/// metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SchedulerEvent {
     /// Moved from the waiting queue to the running list; `resumed` after a preemption.
@@ -98,12 +99,11 @@ pub enum SchedulerEvent {
         /// Whether it had been preempted.
         resumed: bool,
     },
-    /// Preempted: blocks freed, back to the front of the waiting queue.
+    /// Preempted: blocks freed, back to the waiting queue.
     Preempted,
-    /// Sampled a token right after computing its prompt (or recomputing it after a
-    /// preemption): its prefill is over.
+    /// Sampled a token right after computing (or recomputing) its prompt.
     PrefillDone,
-    /// Finished and left the running list.
+    /// Finished (or was aborted) and left the engine.
     Finished,
 }
 
@@ -116,69 +116,178 @@ pub struct SchedulerCounters {
     pub preemptions: u64,
 }
 
+/// A request's place in the scheduler: a slot and the slot's generation, so a handle to a
+/// finished request never reaches its slot's next occupant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestHandle {
+    slot: u32,
+    generation: u32,
+}
+
+/// One request's part of a scheduled step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scheduled {
+    /// The request.
+    pub handle: RequestHandle,
+    /// Its key.
+    pub key: u64,
+    /// Tokens scheduled.
+    pub tokens: u32,
+    /// Tokens it had computed before this step.
+    pub context: u32,
+    /// Whether this step samples a token for it.
+    pub samples: bool,
+}
+
+/// How a request entered a step's batch, as vLLM's `SchedulerOutput` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// A new request: its computed tokens (the prefix hit) and its whole block table.
+    New {
+        /// The request's key.
+        key: u64,
+        /// Computed tokens after the prefix hit, before this step.
+        computed: u32,
+        /// Its block table.
+        blocks: Vec<BlockId>,
+    },
+    /// A running or resumed request.
+    Cached {
+        /// The request's key.
+        key: u64,
+        /// Whether it resumes after a preemption.
+        resumed: bool,
+        /// Computed tokens before this step.
+        computed: u32,
+        /// Output tokens plus those in flight.
+        outputs: u32,
+        /// Blocks taken this step (its whole new table when resumed); none if none.
+        new_blocks: Option<Vec<BlockId>>,
+    },
+}
+
+/// One scheduled step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerOutput {
+    /// Requests and their tokens, in vLLM's `num_scheduled_tokens` order.
+    pub scheduled: Vec<Scheduled>,
+    /// Tokens scheduled in all.
+    pub total: u32,
+    /// New requests, in admission order.
+    pub new: Vec<Admission>,
+    /// Running requests (in schedule order), then resumed ones (in admission order).
+    pub cached: Vec<Admission>,
+    /// Keys preempted, in preemption order.
+    pub preempted: Vec<u64>,
+    /// Keys finished or aborted since the previous schedule, in key order.
+    pub finished_prev: Vec<u64>,
+    /// Cascade attention's common prefix, in blocks.
+    pub common_prefix_blocks: u32,
+}
+
+/// What one [`Scheduler::update_from_output`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UpdateOutput {
+    /// Keys that were sampled a token, in batch order, with the token — `None` for requests that
+    /// had ended meanwhile, whose tokens are dropped.
+    pub tokens: Vec<(u64, Option<u32>)>,
+    /// Requests that finished, in batch order.
+    pub finished: Vec<FinishedRequest>,
+    /// The scheduler's statistics after the update.
+    pub stats: SchedulerStats,
+    /// The KV events published with this update.
+    pub kv_events: Vec<KvEvent>,
+}
+
+/// vLLM's `SchedulerStats`, as attached to every update.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SchedulerStats {
+    /// `len(running)`.
+    pub num_running: u32,
+    /// `len(waiting)`.
+    pub num_waiting: u32,
+    /// `1 − free/(N−1)`.
+    pub kv_cache_usage: f64,
+    /// Prefix-cache lookups since the previous update.
+    pub prefix_cache: PrefixCacheStats,
+}
+
+/// A running-phase entry while a step is being scheduled: request, tokens, computed before,
+/// blocks taken.
+type RunningEntry = (RequestHandle, u32, u32, Vec<BlockId>);
+
 /// The scheduler of one vLLM instance.
 #[derive(Clone, Debug)]
 pub struct Scheduler {
     limits: SchedulerLimits,
     kv: KvCacheManager,
-    requests: Vec<Option<Request>>,
+    slots: Vec<(u32, Option<Request>)>,
     free_slots: Vec<u32>,
-    waiting: VecDeque<u32>,
-    running: Vec<u32>,
-    scheduled: Vec<(u32, u32)>,
-    shape: StepShape,
+    by_key: BTreeMap<u64, RequestHandle>,
+    waiting: WaitingQueue,
+    running: Vec<RequestHandle>,
+    finished_ids: Vec<u64>,
     counters: SchedulerCounters,
     events: Vec<(u64, SchedulerEvent)>,
+    hits: Vec<BlockId>,
+    scratch: Vec<u8>,
 }
 
 impl Scheduler {
     /// A scheduler with `limits` over `kv`.
     pub fn new(limits: SchedulerLimits, kv: KvCacheManager) -> Scheduler {
+        let waiting = match limits.policy {
+            Policy::Fcfs => WaitingQueue::Fcfs(Default::default()),
+            Policy::Priority => WaitingQueue::Priority(Default::default()),
+        };
         Scheduler {
             limits,
             kv,
-            requests: Vec::new(),
+            slots: Vec::new(),
             free_slots: Vec::new(),
-            waiting: VecDeque::new(),
+            by_key: BTreeMap::new(),
+            waiting,
             running: Vec::new(),
-            scheduled: Vec::new(),
-            shape: StepShape::default(),
+            finished_ids: Vec::new(),
             counters: SchedulerCounters::default(),
             events: Vec::new(),
+            hits: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
-    /// Accept a request into the waiting queue, or refuse it as vLLM's API server would.
-    pub fn add_request(&mut self, request: &EngineRequest) -> Result<(), Rejection> {
-        let prompt = request.prompt_token_ids.len() as u32;
-        let max_tokens = request.output_token_ids.len() as u32;
-        if prompt == 0 {
-            return Err(Rejection::EmptyPrompt);
-        }
-        if u64::from(prompt) + u64::from(max_tokens) > u64::from(self.limits.max_model_len) {
-            return Err(Rejection::ExceedsMaxModelLen {
-                prompt,
-                max_tokens,
-                max_model_len: self.limits.max_model_len,
-            });
-        }
-        let state = Request::new(request);
+    /// The limits.
+    pub fn limits(&self) -> &SchedulerLimits {
+        &self.limits
+    }
+
+    /// Add a request to the waiting queue. Its key must be new.
+    pub fn add_request(&mut self, spec: &EngineRequest) {
+        let request = Request::new(spec, self.kv.hash_block_size(), &mut self.scratch);
         let slot = match self.free_slots.pop() {
-            Some(slot) => {
-                self.requests[slot as usize] = Some(state);
-                slot
-            }
+            Some(slot) => slot,
             None => {
-                self.requests.push(Some(state));
-                (self.requests.len() - 1) as u32
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
             }
         };
-        self.waiting.push_back(slot);
-        Ok(())
+        let entry = &mut self.slots[slot as usize];
+        entry.0 = entry.0.wrapping_add(1);
+        entry.1 = Some(request);
+        let handle = RequestHandle { slot, generation: entry.0 };
+        self.by_key.insert(spec.key, handle);
+        let key = self.priority_key(handle);
+        self.waiting.add(key);
+    }
+
+    /// Whether any request is unfinished, or finished ids are still to be reported (vLLM's
+    /// `has_requests`).
+    pub fn has_requests(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty() || !self.finished_ids.is_empty()
     }
 
     /// Whether any request is waiting or running.
-    pub fn has_work(&self) -> bool {
+    pub fn has_unfinished(&self) -> bool {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
@@ -212,174 +321,370 @@ impl Scheduler {
         self.events.clear();
     }
 
-    /// The step last scheduled.
-    pub fn shape(&self) -> &StepShape {
-        &self.shape
+    /// Keys of the running requests, in list order.
+    pub fn running_keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.running.iter().map(|&h| self.get(h).spec.key)
     }
 
-    /// Keys of the requests in the step last scheduled, in schedule order.
-    pub fn scheduled_keys(&self) -> impl Iterator<Item = u64> + '_ {
-        self.scheduled.iter().map(|&(handle, _)| self.request(handle).key)
+    /// Keys of the waiting requests, in admission order.
+    pub fn waiting_keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.waiting.iter().map(|h| self.get(h).spec.key)
     }
 
     /// Keys of the requests held, each with whether it was ever scheduled.
     pub fn held(&self) -> impl Iterator<Item = (u64, bool)> + '_ {
-        self.requests.iter().flatten().map(|r| (r.key, r.started))
+        self.slots.iter().filter_map(|(_, r)| r.as_ref()).map(|r| (r.spec.key, r.num_cached_tokens.is_some()))
     }
 
     /// Blocks held by requests, summed over block tables.
     pub fn blocks_held(&self) -> u64 {
-        self.requests.iter().flatten().map(|r| r.blocks.len() as u64).sum()
+        self.slots.iter().filter_map(|(_, r)| r.as_ref()).map(|r| r.blocks.len() as u64).sum()
     }
 
-    /// Schedule the next step; returns its shape (empty when there is nothing to run).
-    pub fn schedule(&mut self) -> &StepShape {
-        self.scheduled.clear();
-        self.shape.clear();
+    fn get(&self, handle: RequestHandle) -> &Request {
+        match &self.slots[handle.slot as usize] {
+            (generation, Some(request)) if *generation == handle.generation => request,
+            _ => unreachable!("a live handle"),
+        }
+    }
+
+    fn get_mut(&mut self, handle: RequestHandle) -> &mut Request {
+        match &mut self.slots[handle.slot as usize] {
+            (generation, Some(request)) if *generation == handle.generation => request,
+            _ => unreachable!("a live handle"),
+        }
+    }
+
+    fn priority_key(&self, handle: RequestHandle) -> PriorityKey {
+        let spec = &self.get(handle).spec;
+        PriorityKey { priority: spec.priority, arrival_us: spec.arrival_us, name: spec.name.clone(), handle }
+    }
+
+    /// Schedule the next step into `out`.
+    pub fn schedule(&mut self, out: &mut SchedulerOutput) {
+        out.scheduled.clear();
+        out.new.clear();
+        out.cached.clear();
+        out.preempted.clear();
+        out.finished_prev.clear();
         let limits = self.limits;
         let mut budget = limits.max_num_batched_tokens;
-        let mut preempted = false;
+        let mut running_entries: Vec<RunningEntry> = Vec::new();
+        let mut preempted_any = false;
 
         // 1. Running requests, in order.
-        let mut i = 0;
-        while i < self.running.len() && budget > 0 {
-            let handle = self.running[i];
-            let request = self.request(handle);
+        let mut index = 0;
+        while index < self.running.len() && budget > 0 {
+            let handle = self.running[index];
+            let request = self.get(handle);
+            let placeholders = request.num_output_placeholders;
+            if placeholders > 0
+                && request.num_computed_tokens + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
+            {
+                index += 1;
+                continue;
+            }
             let computed = request.num_computed_tokens;
-            let mut n = request.num_tokens() - computed;
-            if limits.long_prefill_token_threshold > 0 {
-                n = n.min(limits.long_prefill_token_threshold);
+            let mut n = request.num_tokens() + placeholders - computed;
+            if limits.long_prefill_token_threshold > 0 && limits.long_prefill_token_threshold < n {
+                n = limits.long_prefill_token_threshold;
             }
             n = n.min(budget).min(limits.max_model_len.saturating_sub(1).saturating_sub(computed));
             if n == 0 {
-                i += 1;
+                index += 1;
                 continue;
             }
-            let mut allocated = false;
-            loop {
-                let request = self.requests[handle as usize].as_mut().expect("running requests exist");
-                if self.kv.allocate_slots(&mut request.blocks, computed, n) {
-                    allocated = true;
-                    break;
+            let mut new_blocks = Vec::new();
+            let allocated = loop {
+                let kv = &mut self.kv;
+                let request = match &mut self.slots[handle.slot as usize].1 {
+                    Some(r) => r,
+                    None => unreachable!("running requests exist"),
+                };
+                if kv.allocate_slots(request, n, 0, &[], &mut new_blocks) {
+                    break true;
                 }
-                // FCFS victim: the tail of the running list (the most recently admitted).
-                let victim = self.running.pop().expect("the request itself is running");
+                let victim = match limits.policy {
+                    Policy::Fcfs => self.running.pop().expect("the request itself is running"),
+                    Policy::Priority => {
+                        let position = self.priority_victim();
+                        let victim = self.running.remove(position);
+                        if let Some(at) = running_entries.iter().position(|e| e.0 == victim) {
+                            let entry = running_entries.remove(at);
+                            budget += entry.1;
+                            index -= 1;
+                        }
+                        victim
+                    }
+                };
                 self.preempt(victim);
-                preempted = true;
+                preempted_any = true;
+                out.preempted.push(self.get(victim).spec.key);
                 if victim == handle {
-                    break;
+                    break false;
                 }
-            }
+            };
             if !allocated {
                 break;
             }
-            self.scheduled.push((handle, n));
+            running_entries.push((handle, n, computed, new_blocks));
             budget -= n;
-            i += 1;
+            index += 1;
         }
 
         // 2. Waiting requests, only if nobody was preempted.
-        while !preempted && budget > 0 {
-            let Some(&handle) = self.waiting.front() else { break };
-            if self.running.len() >= limits.max_num_seqs as usize {
+        let mut admitted: Vec<(RequestHandle, u32, u32, bool)> = Vec::new();
+        while !preempted_any && budget > 0 {
+            if self.running.len() == limits.max_num_seqs as usize {
                 break;
             }
-            let request = self.request(handle);
-            let computed = request.num_computed_tokens;
-            let mut n = request.num_tokens() - computed;
-            if limits.long_prefill_token_threshold > 0 {
-                n = n.min(limits.long_prefill_token_threshold);
+            let Some(handle) = self.waiting.peek() else { break };
+            let mut hits = std::mem::take(&mut self.hits);
+            let (hit_tokens, num_tokens) = {
+                let request = match &self.slots[handle.slot as usize].1 {
+                    Some(r) => r,
+                    None => unreachable!("waiting requests exist"),
+                };
+                debug_assert_eq!(request.num_computed_tokens, 0);
+                let hit = self.kv.get_computed_blocks(request, &mut hits);
+                (hit, request.num_tokens())
+            };
+            let mut n = num_tokens - hit_tokens;
+            if limits.long_prefill_token_threshold > 0 && limits.long_prefill_token_threshold < n {
+                n = limits.long_prefill_token_threshold;
             }
             if !limits.enable_chunked_prefill && n > budget {
+                self.hits = hits;
                 break;
             }
             n = n.min(budget);
-            let request = self.requests[handle as usize].as_mut().expect("waiting requests exist");
-            if !self.kv.allocate_slots(&mut request.blocks, computed, n) {
+            let mut new_blocks = Vec::new();
+            let ok = {
+                let kv = &mut self.kv;
+                let request = match &mut self.slots[handle.slot as usize].1 {
+                    Some(r) => r,
+                    None => unreachable!("waiting requests exist"),
+                };
+                kv.allocate_slots(request, n, hit_tokens, &hits, &mut new_blocks)
+            };
+            self.hits = hits;
+            if !ok {
                 break;
             }
+            self.waiting.pop();
+            self.running.push(handle);
+            let request = self.get_mut(handle);
             let resumed = request.status == Status::Preempted;
             request.status = Status::Running;
-            self.events.push((request.key, SchedulerEvent::Admitted { resumed }));
-            self.waiting.pop_front();
-            self.running.push(handle);
-            self.scheduled.push((handle, n));
+            request.num_computed_tokens = hit_tokens;
+            request.num_cached_tokens.get_or_insert(hit_tokens);
+            let key = request.spec.key;
+            self.events.push((key, SchedulerEvent::Admitted { resumed }));
+            admitted.push((handle, n, hit_tokens, resumed));
             budget -= n;
         }
 
-        // 3. Advance computed counts at once and describe the step.
-        for &(handle, n) in &self.scheduled {
-            let request = self.requests[handle as usize].as_mut().expect("scheduled requests exist");
-            let context = request.num_computed_tokens;
-            request.num_computed_tokens += n;
-            request.started = true;
-            let samples = request.num_computed_tokens >= request.num_tokens();
-            self.shape.push(StepRequest { new_tokens: n, context_tokens: context, samples });
+        // The step's description, as vLLM's SchedulerOutput lays it out.
+        for (handle, n, computed, new_blocks) in &running_entries {
+            let request = self.get(*handle);
+            out.scheduled.push(Scheduled {
+                handle: *handle,
+                key: request.spec.key,
+                tokens: *n,
+                context: *computed,
+                samples: false,
+            });
+            out.cached.push(Admission::Cached {
+                key: request.spec.key,
+                resumed: false,
+                computed: *computed,
+                outputs: request.num_output_tokens() + request.num_output_placeholders,
+                new_blocks: (!new_blocks.is_empty()).then(|| new_blocks.clone()),
+            });
         }
-        if !self.scheduled.is_empty() {
+        for &(handle, n, computed, resumed) in &admitted {
+            let request = self.get(handle);
+            out.scheduled.push(Scheduled { handle, key: request.spec.key, tokens: n, context: computed, samples: false });
+            if resumed {
+                out.cached.push(Admission::Cached {
+                    key: request.spec.key,
+                    resumed: true,
+                    computed,
+                    outputs: request.num_output_tokens() + request.num_output_placeholders,
+                    new_blocks: Some(request.blocks.clone()),
+                });
+            } else {
+                out.new.push(Admission::New { key: request.spec.key, computed, blocks: request.blocks.clone() });
+            }
+        }
+        out.total = out.scheduled.iter().map(|s| s.tokens).sum();
+        out.common_prefix_blocks = self.running.first().map_or(0, |&h| self.kv.common_prefix_blocks(self.get(h)));
+        std::mem::swap(&mut out.finished_prev, &mut self.finished_ids);
+        out.finished_prev.sort_unstable();
+
+        // 3. Advance computed counts; decide which requests sample a token.
+        let asynchronous = limits.async_scheduling;
+        for entry in &mut out.scheduled {
+            let request = match &mut self.slots[entry.handle.slot as usize].1 {
+                Some(r) => r,
+                None => unreachable!("scheduled requests exist"),
+            };
+            request.num_computed_tokens += entry.tokens;
+            entry.samples = if asynchronous {
+                let complete = request.num_computed_tokens == request.num_tokens() + request.num_output_placeholders;
+                if complete {
+                    request.num_output_placeholders += 1;
+                }
+                complete
+            } else {
+                request.num_computed_tokens >= request.num_tokens()
+            };
+        }
+        if !out.scheduled.is_empty() {
             self.counters.steps += 1;
         }
-        &self.shape
     }
 
-    /// Apply the outputs of the step last scheduled, which ended at `now_us`: one token to every
-    /// request that computed all its tokens, finishing those that are done.
-    pub fn update_from_output(&mut self, now_us: u64, finished: &mut Vec<FinishedRequest>) {
+    /// Index in `running` of the priority policy's victim: the largest `(priority, arrival)`,
+    /// the first such in list order.
+    fn priority_victim(&self) -> usize {
+        let mut best = 0;
+        for (i, &h) in self.running.iter().enumerate() {
+            let (r, b) = (&self.get(h).spec, &self.get(self.running[best]).spec);
+            if (r.priority, r.arrival_us) > (b.priority, b.arrival_us) {
+                best = i;
+            }
+        }
+        best
+    }
+
+    fn preempt(&mut self, handle: RequestHandle) {
+        let kv = &mut self.kv;
+        let request = match &mut self.slots[handle.slot as usize].1 {
+            Some(r) => r,
+            None => unreachable!("running requests exist"),
+        };
+        kv.free(request);
+        request.status = Status::Preempted;
+        request.num_computed_tokens = 0;
+        request.num_preemptions += 1;
+        request.in_prefill = true;
+        let key = request.spec.key;
+        self.counters.preemptions += 1;
+        self.events.push((key, SchedulerEvent::Preempted));
+        let priority_key = self.priority_key(handle);
+        self.waiting.prepend(priority_key);
+    }
+
+    /// Apply the sampled tokens of `batch` (a step scheduled earlier) at time `now_us`.
+    pub fn update_from_output(&mut self, batch: &SchedulerOutput, now_us: u64, out: &mut UpdateOutput) {
+        out.tokens.clear();
+        out.finished.clear();
+        out.kv_events.clear();
+        let mut stopped: Vec<(RequestHandle, Status)> = Vec::new();
         let max_model_len = self.limits.max_model_len;
-        let mut any_finished = false;
-        for &(handle, _) in &self.scheduled {
-            let request = self.requests[handle as usize].as_mut().expect("scheduled requests exist");
-            if request.num_computed_tokens < request.num_tokens() {
-                continue; // a prefill chunk that is not the last: nothing sampled
+        let asynchronous = self.limits.async_scheduling;
+        let hash_block_size = self.kv.hash_block_size();
+        for entry in &batch.scheduled {
+            if !entry.samples {
+                continue;
             }
-            if request.in_prefill {
-                request.in_prefill = false;
-                self.events.push((request.key, SchedulerEvent::PrefillDone));
-            }
-            request.num_output_tokens += 1;
+            let kv = &mut self.kv;
+            let scratch = &mut self.scratch;
+            let request = match &mut self.slots[entry.handle.slot as usize] {
+                (generation, Some(r)) if *generation == entry.handle.generation => r,
+                _ => {
+                    // Finished or aborted meanwhile: vLLM drops the token.
+                    out.tokens.push((entry.key, None));
+                    continue;
+                }
+            };
+            let status_before = request.status;
+            let k = request.num_output_tokens() as usize;
+            out.tokens.push((request.spec.key, Some(request.spec.output_token_ids[k])));
+            request.append_output(hash_block_size, scratch);
             request.token_times_us.push(now_us);
-            if request.num_output_tokens >= request.max_tokens || request.num_tokens() >= max_model_len {
-                request.finished = true;
-                any_finished = true;
+            if request.in_prefill && status_before == Status::Running {
+                request.in_prefill = false;
+                self.events.push((request.spec.key, SchedulerEvent::PrefillDone));
+            }
+            let finished = request.num_tokens() >= max_model_len || request.num_output_tokens() >= request.max_tokens;
+            if asynchronous {
+                request.num_output_placeholders -= 1;
+                if status_before == Status::Running {
+                    let upto = request.num_computed_tokens - request.num_output_placeholders;
+                    kv.cache_blocks(request, upto);
+                }
+            }
+            if finished {
+                stopped.push((entry.handle, status_before));
+                self.free_request(entry.handle, FinishReason::Length, &mut out.finished);
             }
         }
-        if !any_finished {
-            return;
-        }
-        let requests = &mut self.requests;
-        let (kv, free_slots, events) = (&mut self.kv, &mut self.free_slots, &mut self.events);
-        self.running.retain(|&handle| {
-            let slot = &mut requests[handle as usize];
-            if !slot.as_ref().is_some_and(|r| r.finished) {
-                return true;
+        if !stopped.is_empty() {
+            self.running.retain(|h| !stopped.iter().any(|(s, status)| s == h && *status == Status::Running));
+            for (handle, status) in &stopped {
+                if *status != Status::Running {
+                    // A preempted request finished by a token that was already in flight.
+                    self.remove_waiting(*handle);
+                }
             }
-            let mut request = slot.take().expect("checked above");
-            events.push((request.key, SchedulerEvent::Finished));
-            kv.free(&mut request.blocks);
-            free_slots.push(handle);
-            finished.push(FinishedRequest {
-                key: request.key,
-                token_times_us: request.token_times_us,
-                reason: FinishReason::Length,
-                num_preemptions: request.num_preemptions,
-            });
-            false
+        }
+        self.kv.take_events(&mut out.kv_events);
+        out.stats = SchedulerStats {
+            num_running: self.running.len() as u32,
+            num_waiting: self.waiting.len() as u32,
+            kv_cache_usage: self.kv.pool().usage(),
+            prefix_cache: self.kv.take_stats(),
+        };
+    }
+
+    fn remove_waiting(&mut self, handle: RequestHandle) {
+        match &mut self.waiting {
+            WaitingQueue::Fcfs(q) => q.retain(|&h| h != handle),
+            WaitingQueue::Priority(q) => q.retain(|k| k.handle != handle),
+        }
+    }
+
+    /// Free a finished request: report it with the next schedule, return its blocks, drop it.
+    fn free_request(&mut self, handle: RequestHandle, reason: FinishReason, finished: &mut Vec<FinishedRequest>) {
+        let entry = &mut self.slots[handle.slot as usize];
+        let mut request = entry.1.take().expect("a live request");
+        self.free_slots.push(handle.slot);
+        self.kv.free(&mut request);
+        self.by_key.remove(&request.spec.key);
+        self.finished_ids.push(request.spec.key);
+        self.events.push((request.spec.key, SchedulerEvent::Finished));
+        finished.push(FinishedRequest {
+            key: request.spec.key,
+            token_times_us: request.token_times_us,
+            reason,
+            num_preemptions: request.num_preemptions,
+            num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
         });
     }
 
-    fn request(&self, handle: u32) -> &Request {
-        self.requests[handle as usize].as_ref().expect("queued requests exist")
+    /// Abort the request `key` (vLLM's `finish_requests` with `FINISHED_ABORTED`): out of the
+    /// running list or the waiting queue, blocks freed at once. `None` if it is not held (never
+    /// added, or already finished); otherwise the request's record.
+    pub fn abort(&mut self, key: u64) -> Option<FinishedRequest> {
+        let handle = *self.by_key.get(&key)?;
+        let status = self.get(handle).status;
+        if status == Status::Running {
+            if let Some(i) = self.running.iter().position(|&h| h == handle) {
+                self.running.remove(i);
+            }
+        } else {
+            let priority_key = self.priority_key(handle);
+            self.waiting.remove(&priority_key);
+        }
+        let mut finished = Vec::with_capacity(1);
+        self.free_request(handle, FinishReason::Abort, &mut finished);
+        finished.pop()
     }
 
-    fn preempt(&mut self, handle: u32) {
-        let request = self.requests[handle as usize].as_mut().expect("running requests exist");
-        self.kv.free(&mut request.blocks);
-        request.num_computed_tokens = 0;
-        request.in_prefill = true;
-        request.status = Status::Preempted;
-        self.events.push((request.key, SchedulerEvent::Preempted));
-        request.num_preemptions += 1;
-        self.counters.preemptions += 1;
-        self.waiting.push_front(handle);
+    /// Whether the request `key` is held, and in which state.
+    pub fn status(&self, key: u64) -> Option<Status> {
+        self.by_key.get(&key).map(|&h| self.get(h).status)
     }
 }

@@ -1,0 +1,110 @@
+//! Block hashes: vLLM's chained hash of each full block of a request's tokens.
+//!
+//! vLLM 0.15.1 hashes block `i` as `H((parent, tuple(tokens of block i), extra_keys))`, the
+//! parent of block 0 being `NONE_HASH`. We use its `sha256_cbor` variant — SHA-256 of the
+//! canonical CBOR encoding — with `NONE_HASH = sha256_cbor("0")` (what `PYTHONHASHSEED=0` gives),
+//! so hashes (and the KV events that carry them) equal a vLLM configured that way, byte for byte.
+//! Extra keys (LoRA, multimodal, cache salt) are not modelled; their slot is CBOR null.
+
+use sha2::{Digest, Sha256};
+
+/// A 32-byte block hash.
+pub type BlockHash = [u8; 32];
+
+/// `NONE_HASH`: the parent of every request's first block, `sha256(cbor("0"))`.
+pub fn none_hash() -> BlockHash {
+    Sha256::digest([0x61, 0x30]).into()
+}
+
+/// The value vLLM puts in KV events for a hash (with `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`,
+/// its default): the last 8 bytes, big-endian.
+pub fn event_value(hash: &BlockHash) -> u64 {
+    u64::from_be_bytes(hash[24..].try_into().expect("32-byte hashes have a last 8 bytes"))
+}
+
+fn cbor_head(major: u8, value: u64, out: &mut Vec<u8>) {
+    let m = major << 5;
+    match value {
+        0..=23 => out.push(m | value as u8),
+        24..=0xff => out.extend_from_slice(&[m | 24, value as u8]),
+        0x100..=0xffff => {
+            out.push(m | 25);
+            out.extend_from_slice(&(value as u16).to_be_bytes());
+        }
+        0x1_0000..=0xffff_ffff => {
+            out.push(m | 26);
+            out.extend_from_slice(&(value as u32).to_be_bytes());
+        }
+        _ => {
+            out.push(m | 27);
+            out.extend_from_slice(&value.to_be_bytes());
+        }
+    }
+}
+
+/// The hash of a block of `tokens` whose predecessor hashed to `parent`.
+pub fn hash_block(parent: &BlockHash, tokens: &[u32], scratch: &mut Vec<u8>) -> BlockHash {
+    scratch.clear();
+    scratch.push(0x83); // an array of three: parent, tokens, extra keys
+    cbor_head(2, 32, scratch); // a byte string of 32
+    scratch.extend_from_slice(parent);
+    cbor_head(4, tokens.len() as u64, scratch); // an array of the block's tokens
+    for &token in tokens {
+        cbor_head(0, u64::from(token), scratch);
+    }
+    scratch.push(0xf6); // null: no extra keys
+    Sha256::digest(&scratch[..]).into()
+}
+
+/// Extend `hashes` with the hashes of every full block of `tokens` not hashed yet.
+pub fn extend_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: usize, scratch: &mut Vec<u8>) {
+    let full = tokens.len() / block_size;
+    for i in hashes.len()..full {
+        let parent = if i == 0 { none_hash() } else { hashes[i - 1] };
+        let hash = hash_block(&parent, &tokens[i * block_size..(i + 1) * block_size], scratch);
+        hashes.push(hash);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn none_hash_is_sha256_of_the_cbor_string_zero() {
+        let hex: String = none_hash().iter().map(|b| format!("{b:02x}")).collect();
+        assert!(hex.starts_with("4e1195df"), "{hex}");
+    }
+
+    #[test]
+    fn tokens_encode_as_cbor_unsigned_integers() {
+        let mut out = Vec::new();
+        for (value, bytes) in [
+            (0u64, vec![0x00]),
+            (23, vec![0x17]),
+            (24, vec![0x18, 24]),
+            (255, vec![0x18, 0xff]),
+            (20_000, vec![0x19, 0x4e, 0x20]),
+            (128_255, vec![0x1a, 0x00, 0x01, 0xf4, 0xff]),
+        ] {
+            out.clear();
+            cbor_head(0, value, &mut out);
+            assert_eq!(out, bytes, "{value}");
+        }
+    }
+
+    #[test]
+    fn only_full_blocks_are_hashed_and_hashes_chain() {
+        let mut scratch = Vec::new();
+        let mut hashes = Vec::new();
+        let tokens: Vec<u32> = (0..37).collect();
+        extend_hashes(&mut hashes, &tokens, 16, &mut scratch);
+        assert_eq!(hashes.len(), 2);
+        let mut other = Vec::new();
+        let mut changed = tokens.clone();
+        changed[3] = 99;
+        extend_hashes(&mut other, &changed, 16, &mut scratch);
+        assert_ne!(hashes[0], other[0]);
+        assert_ne!(hashes[1], other[1], "a change in block 0 changes every later hash");
+    }
+}
