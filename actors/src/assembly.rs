@@ -5,7 +5,7 @@
 //! are declared under stable names — `router`, `engine/<pool>-<i>`, `client/<name>` — and
 //! installed. Every refusal names the scenario field.
 
-use blis_contracts::{EngineIdentity, EngineKind, FieldError, Scenario, yaml};
+use blis_contracts::{EngineIdentity, EngineKind, FieldError, Scenario};
 use blis_costmodel::{CostData, Pricer};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
 use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};
@@ -61,7 +61,7 @@ pub fn assemble(
             }
             EngineKind::Vllm => {}
         }
-        let args: VllmArgs = yaml::from_value(&pool.engine.args, &format!("{path}.engine.args"))?;
+        let args = VllmArgs::from_yaml(&pool.engine.args, &format!("{path}.engine.args"))?;
         let device = DeviceClass { name: &chip.name, capacity_bytes: chip.hbm_capacity.value as u64 };
         let registry = &data.registry;
         let (plan, _) =

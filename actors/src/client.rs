@@ -28,6 +28,8 @@ struct Call {
     instance: Option<Arc<str>>,
     fate: Option<Fate>,
     token_latency_us: Vec<u64>,
+    cached_tokens: u32,
+    preemptions: u32,
 }
 
 /// One open-loop client.
@@ -43,6 +45,7 @@ pub struct Client {
     gaps: Substream,
     input_lengths: Substream,
     output_lengths: Substream,
+    prefix_groups: Substream,
     next_gap: SimDuration,
     calls: Vec<Call>,
     outstanding: u64,
@@ -73,6 +76,7 @@ impl Client {
             gaps: streams.stream(&component, "arrival", ""),
             input_lengths: streams.stream(&component, "input-length", ""),
             output_lengths: streams.stream(&component, "output-length", ""),
+            prefix_groups: streams.stream(&component, "prefix-group", ""),
             next_gap: SimDuration::ZERO,
             calls: Vec::with_capacity(spec.requests.min(1 << 20) as usize),
             outstanding: 0,
@@ -97,9 +101,20 @@ impl Client {
         }
     }
 
-    fn token_ids(&self, purpose: &str, request_id: &str, count: u32) -> Arc<[u32]> {
-        let mut stream = self.streams.stream(&format!("client/{}", self.name), purpose, request_id);
-        (0..count).map(|_| stream.below(u64::from(self.vocab_size)) as u32).collect()
+    /// `count` token ids for `purpose` of `item`, from their own substream.
+    fn token_ids(&self, purpose: &str, item: &str, count: u32) -> impl Iterator<Item = u32> + use<> {
+        let mut stream = self.streams.stream(&format!("client/{}", self.name), purpose, item);
+        let vocab_size = u64::from(self.vocab_size);
+        (0..count).map(move |_| stream.below(vocab_size) as u32)
+    }
+
+    /// The prompt of `request_id`: its group's system prompt (if any), then its own tokens.
+    fn prompt(&mut self, request_id: &str, own_tokens: u32) -> Arc<[u32]> {
+        let prefix = self.spec.shared_prefix.map(|shared| {
+            let group = self.prefix_groups.below(u64::from(shared.groups));
+            self.token_ids("prefix-tokens", &group.to_string(), shared.tokens)
+        });
+        prefix.into_iter().flatten().chain(self.token_ids("prompt-tokens", request_id, own_tokens)).collect()
     }
 
     /// The key of this client's `sequence`-th request.
@@ -110,12 +125,16 @@ impl Client {
     fn send_next(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         let sequence = self.calls.len() as u64;
         let request_id = format!("{}-{sequence}", self.name);
-        let input_tokens = Client::draw_length(&mut self.input_lengths, self.spec.input_tokens);
+        let own_tokens = Client::draw_length(&mut self.input_lengths, self.spec.input_tokens);
         let output_tokens = Client::draw_length(&mut self.output_lengths, self.spec.output_tokens);
+        let prompt_token_ids = self.prompt(&request_id, own_tokens);
+        let input_tokens = prompt_token_ids.len() as u32;
         let request = EngineRequest {
             key: self.key(sequence),
-            prompt_token_ids: self.token_ids("prompt-tokens", &request_id, input_tokens),
-            output_token_ids: self.token_ids("output-tokens", &request_id, output_tokens),
+            name: Arc::from(request_id.as_str()),
+            priority: self.spec.priority,
+            prompt_token_ids,
+            output_token_ids: self.token_ids("output-tokens", &request_id, output_tokens).collect(),
             arrival_us: now.as_micros(),
         };
         self.calls.push(Call {
@@ -125,6 +144,8 @@ impl Client {
             instance: None,
             fate: None,
             token_latency_us: Vec::new(),
+            cached_tokens: 0,
+            preemptions: 0,
         });
         self.outstanding += 1;
         if let Some(notes) = out.notes() {
@@ -164,6 +185,8 @@ impl Client {
                     .collect();
                 call.instance = Some(m.instance);
                 call.fate = Some(Fate::Completed);
+                call.cached_tokens = m.cached_tokens;
+                call.preemptions = m.num_preemptions;
             }
             ClusterMessage::Rejection(m) => {
                 call.instance = Some(m.instance);
@@ -203,6 +226,8 @@ impl Client {
                 input_tokens: call.input_tokens,
                 output_tokens: call.output_tokens,
                 instance: call.instance.as_deref().unwrap_or("").to_owned(),
+                cached_tokens: call.cached_tokens,
+                preemptions: call.preemptions,
                 fate: call.fate.clone().unwrap_or_else(|| unanswered(self.key(sequence as u64))),
                 token_latency_us: call.token_latency_us.clone(),
             })

@@ -1,21 +1,41 @@
-//! The engine host: adapts one vLLM instance to messages and simulated time.
+//! The engine host: adapts one vLLM instance to messages and simulated time, as vLLM's engine
+//! core loop drives it.
 //!
-//! Requests arrive as messages; each engine step is an internal event whose duration is the
-//! cost model's price of the step (rounded up to the microsecond). At the end of a step the
-//! host applies its outputs, sends a completion (with every token's time) for each request that
-//! finished, and schedules the next step. Synchronous scheduling: a request that arrives while
-//! a step runs joins the next `schedule()`; one that arrives exactly when a step ends joins the
-//! step scheduled then (the step's outputs are applied first, then arrivals, then the next step
-//! is scheduled — the order of vLLM's engine loop).
+//! Each step costs host (CPU) time — scheduling, preparing inputs, processing outputs — and
+//! device time; the cost model prices both. The loop is vLLM's:
+//!
+//! - **Synchronous** (one step in flight): schedule at `t`, launch after the host time, wait for
+//!   the device, apply the outputs at `t + host + device`, loop.
+//! - **Asynchronous** (two in flight, `step_with_batch_queue`): schedule and launch; if the
+//!   batch ran tokens, fewer than two are in flight and the oldest is still running, loop again
+//!   at once (the next batch is scheduled while the device works, before the previous outputs
+//!   are known); otherwise block until the oldest batch ends, apply its outputs, loop. The device
+//!   runs batches one after another: a batch starts when both its inputs are ready and the
+//!   previous batch is done.
+//!
+//! Requests arriving while the loop is busy join at its next `schedule()`. A request arriving
+//! exactly when outputs are applied joins after them (outputs first, then arrivals, then the
+//! next schedule — the order of vLLM's loop).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use blis_contracts::{Rank, RankShares, StepMode};
+use blis_contracts::{Rank, RankShares, StepGraph, StepMode};
 use blis_engines::vllm::{FinishedRequest, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
 use crate::message::{CallCompletion, CallRejection, ClusterMessage};
+
+/// What the engine loop does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loop {
+    /// Nothing to do until a request arrives.
+    Idle,
+    /// At the top of the loop at this time: schedule if there is anything to schedule.
+    Top(SimTime),
+    /// Blocked until the oldest in-flight batch ends at this time.
+    Await(SimTime),
+}
 
 /// One engine instance.
 pub struct EngineHost {
@@ -23,7 +43,10 @@ pub struct EngineHost {
     router: ActorId,
     delay_to_router: SimDuration,
     engine: VllmEngine,
-    step_ends: Option<SimTime>,
+    steps_in_flight: usize,
+    next: Loop,
+    device_free: SimTime,
+    batch_ends: VecDeque<SimTime>,
     last_transition: SimTime,
     clients: BTreeMap<u64, ActorId>,
     finished: Vec<FinishedRequest>,
@@ -34,18 +57,27 @@ pub struct EngineHost {
 impl EngineHost {
     /// A host for `engine`, named `name`, answering through `router`.
     pub fn new(name: &str, engine: VllmEngine, router: ActorId, delay_to_router: SimDuration) -> EngineHost {
+        let steps_in_flight = engine.plan().pool.steps_in_flight.max(1) as usize;
         EngineHost {
             name: Arc::from(name),
             router,
             delay_to_router,
             engine,
-            step_ends: None,
+            steps_in_flight,
+            next: Loop::Idle,
+            device_free: SimTime::ZERO,
+            batch_ends: VecDeque::new(),
             last_transition: SimTime::ZERO,
             clients: BTreeMap::new(),
             finished: Vec::new(),
             answered: Vec::new(),
             priced: RankShares::default(),
         }
+    }
+
+    /// The instance's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The engine.
@@ -63,12 +95,15 @@ impl EngineHost {
         &self.answered
     }
 
-    fn accept(&mut self, message: ClusterMessage, out: &mut Outbox<ClusterMessage>) {
+    fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         let ClusterMessage::Request(call) = message else { return };
         let key = call.request.key;
         match self.engine.add_request(&call.request) {
             Ok(()) => {
                 self.clients.insert(key, call.client);
+                if self.next == Loop::Idle {
+                    self.next = Loop::Top(now);
+                }
             }
             Err(rejection) => {
                 let answer = CallRejection {
@@ -82,8 +117,11 @@ impl EngineHost {
         }
     }
 
-    fn end_step(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
-        self.engine.finish_step(now.as_micros(), &mut self.finished);
+    /// Apply the outputs of the oldest batch, which ended at `now`, and answer for the requests
+    /// it finished.
+    fn complete(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        self.batch_ends.pop_front();
+        self.engine.complete_oldest(now.as_micros(), &mut self.finished);
         for done in self.finished.drain(..) {
             let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
             self.answered.push(done.key);
@@ -93,38 +131,85 @@ impl EngineHost {
                 instance: self.name.clone(),
                 token_times_us: done.token_times_us,
                 num_preemptions: done.num_preemptions,
+                cached_tokens: done.num_cached_tokens,
             };
             out.send(self.router, self.delay_to_router, ClusterMessage::Completion(Box::new(answer)));
         }
-        self.step_ends = None;
     }
 
-    fn start_step(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
-        let (name, priced) = (&self.name, &mut self.priced);
-        self.step_ends = self.engine.start_step().map(|(price, shape)| {
-            priced.merge(&price.by_rank);
-            let duration = SimDuration::from_micros_ceil(price.micros).expect("the cost model prices steps finitely");
-            let end = now.saturating_add(duration.max(SimDuration::from_micros(1)));
-            let t = &shape.totals;
-            tracing::debug!(engine = %name, requests = t.requests, tokens = t.new_tokens, micros = duration.as_micros(), "step");
-            if let Some(notes) = out.notes() {
-                let mode = match shape.mode() {
-                    StepMode::Mixed => "mixed",
-                    StepMode::DecodeOnly => "decode-only",
-                };
-                notes
-                    .span("steps", "step", now, end)
-                    .arg("requests", u64::from(t.requests))
-                    .arg("prefill_requests", u64::from(t.prefill_requests))
-                    .arg("prefill_tokens", t.prefill_tokens)
-                    .arg("decode_tokens", u64::from(t.decode_requests))
-                    .arg("padded_tokens", shape.padded_tokens)
-                    .arg("mode", mode)
-                    .arg("priced_us", price.micros)
-                    .arg("rank", dominant_rank(&price.by_rank));
+    /// Schedule and launch one batch at `now`; returns when the loop comes back to its top
+    /// (`Top`) or what it blocks on (`Await`).
+    fn launch(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) -> Loop {
+        let (price, shape) = self.engine.schedule();
+        self.priced.merge(&price.by_rank);
+        let ran_tokens = !shape.requests.is_empty();
+        let host = ceil_micros(price.host_micros);
+        let device = ceil_micros(price.micros - price.host_micros);
+        let ready = now.saturating_add(host);
+        let start = ready.max(self.device_free);
+        // A step always takes time, so the loop cannot spin at one instant.
+        let end = start.saturating_add(device).max(now.saturating_add(SimDuration::from_micros(1)));
+        if ran_tokens {
+            self.device_free = end;
+        }
+        let t = shape.totals;
+        tracing::debug!(engine = %self.name, requests = t.requests, tokens = t.new_tokens, start = start.as_micros(), end = end.as_micros(), "step");
+        if ran_tokens && let Some(notes) = out.notes() {
+            let mode = match shape.mode() {
+                StepMode::Mixed => "mixed",
+                StepMode::DecodeOnly => "decode-only",
+            };
+            let graph = match shape.graph {
+                StepGraph::Eager => "eager",
+                StepGraph::Piecewise => "piecewise",
+                StepGraph::Full => "full",
+            };
+            notes
+                .span("steps", "step", start, end)
+                .arg("requests", u64::from(t.requests))
+                .arg("prefill_requests", u64::from(t.prefill_requests))
+                .arg("prefill_tokens", t.prefill_tokens)
+                .arg("decode_tokens", u64::from(t.decode_requests))
+                .arg("padded_tokens", shape.padded_tokens)
+                .arg("graph", graph)
+                .arg("mode", mode)
+                .arg("priced_us", price.micros)
+                .arg("host_us", price.host_micros)
+                .arg("rank", dominant_rank(&price.by_rank));
+        }
+        self.batch_ends.push_back(if ran_tokens { end } else { ready });
+        let oldest_end = self.batch_ends[0];
+        if ran_tokens && self.batch_ends.len() < self.steps_in_flight && oldest_end > ready {
+            Loop::Top(ready)
+        } else {
+            Loop::Await(oldest_end.max(ready))
+        }
+    }
+
+    /// Run the loop at `now` until it waits for a later time or for a request.
+    fn run_loop(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        loop {
+            match self.next {
+                Loop::Idle => return,
+                Loop::Top(at) | Loop::Await(at) if at > now => return,
+                Loop::Await(_) => {
+                    self.complete(now, out);
+                    self.next = Loop::Top(now);
+                }
+                Loop::Top(_) => {
+                    if self.engine.stall().is_some() {
+                        return;
+                    }
+                    self.next = if self.engine.has_requests() {
+                        self.launch(now, out)
+                    } else if let Some(&oldest_end) = self.batch_ends.front() {
+                        Loop::Await(oldest_end.max(now))
+                    } else {
+                        Loop::Idle
+                    };
+                }
             }
-            end
-        });
+        }
     }
 
     /// Note the requests' phase changes of this transition and the engine's counters.
@@ -144,12 +229,19 @@ impl EngineHost {
         notes.counter("engine", "running", scheduler.num_running() as f64);
         notes.counter("engine", "waiting", scheduler.num_waiting() as f64);
         notes.counter("engine", "kv_usage", scheduler.kv().pool().usage());
+        let metrics = self.engine.metrics();
+        if metrics.prefix_cache_queries > 0 {
+            notes.counter("engine", "prefix_hit_rate", metrics.prefix_cache_hit_rate());
+        }
     }
 }
 
 impl Actor<ClusterMessage> for EngineHost {
     fn time_advance(&self) -> TimeAdvance {
-        self.step_ends.map_or(TimeAdvance::Passive, |end| TimeAdvance::until(self.last_transition, end))
+        match self.next {
+            Loop::Idle => TimeAdvance::Passive,
+            Loop::Top(at) | Loop::Await(at) => TimeAdvance::until(self.last_transition, at),
+        }
     }
 
     fn transition(
@@ -160,25 +252,25 @@ impl Actor<ClusterMessage> for EngineHost {
     ) {
         let now = ctx.now.time;
         let bag = match event {
-            Event::Internal => {
-                self.end_step(now, out);
-                None
-            }
-            Event::External(bag) => Some(bag),
-            // A step ending as requests arrive: outputs first, then the arrivals, then the next
-            // step sees them.
-            Event::Confluent(bag) => {
-                self.end_step(now, out);
-                Some(bag)
-            }
+            Event::Internal => None,
+            Event::External(bag) | Event::Confluent(bag) => Some(bag),
         };
+        // Outputs due now are applied before the arrivals join.
+        if let Loop::Await(at) = self.next
+            && at <= now
+        {
+            self.complete(now, out);
+            self.next = Loop::Top(now);
+        }
         if let Some(bag) = bag {
             for envelope in bag {
-                self.accept(envelope.payload, out);
+                self.accept(envelope.payload, now, out);
             }
         }
-        if self.step_ends.is_none() && self.engine.has_work() {
-            self.start_step(now, out);
+        self.run_loop(now, out);
+        if let Some(stall) = self.engine.stall() {
+            out.halt(format!("{}: {stall}", self.name));
+            self.next = Loop::Idle;
         }
         self.note(out);
         self.engine.clear_events();
@@ -190,11 +282,20 @@ impl Actor<ClusterMessage> for EngineHost {
         let pool = scheduler.kv().pool();
         description.arg("running", scheduler.num_running());
         description.arg("waiting", scheduler.num_waiting());
+        description.arg("in_flight", self.engine.in_flight());
         description.arg("kv_blocks_total", u64::from(pool.num_blocks()));
         description.arg("kv_blocks_free", u64::from(pool.num_free()));
         description.arg("kv_blocks_held", scheduler.blocks_held());
         description.arg("kv_usage", pool.usage());
+        for (name, value) in self.engine.metrics().samples() {
+            description.arg(name, value);
+        }
     }
+}
+
+/// A priced time in whole microseconds, rounded up (the one rounding rule).
+fn ceil_micros(micros: f64) -> SimDuration {
+    SimDuration::from_micros_ceil(micros.max(0.0)).expect("the cost model prices steps finitely")
 }
 
 /// The rank that priced most of a step.

@@ -64,6 +64,8 @@ pub struct CallCompletion {
     pub token_times_us: Vec<u64>,
     /// How many times it was preempted.
     pub num_preemptions: u32,
+    /// Prompt tokens found in the prefix cache at its first admission.
+    pub cached_tokens: u32,
 }
 
 /// A call an engine refused.
@@ -100,6 +102,8 @@ mod tests {
             client: ActorId(0),
             request: EngineRequest {
                 key: 0,
+                name: Arc::from("c-0"),
+                priority: 0,
                 prompt_token_ids: Arc::from(vec![1u32]),
                 output_token_ids: Arc::from(vec![1u32]),
                 arrival_us: 0,
@@ -111,6 +115,7 @@ mod tests {
             instance: Arc::from("e"),
             token_times_us: vec![],
             num_preemptions: 0,
+            cached_tokens: 0,
         }));
         let rejection = ClusterMessage::Rejection(Box::new(CallRejection {
             key: 0,

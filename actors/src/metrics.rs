@@ -77,6 +77,8 @@ mod tests {
             input_tokens: 10,
             output_tokens: latency.len() as u32,
             instance: "e".into(),
+            cached_tokens: 0,
+            preemptions: 0,
             fate: Fate::Completed,
             token_latency_us: latency,
         };

@@ -5,8 +5,8 @@ use std::fmt;
 use std::rc::Rc;
 
 use blis_contracts::{
-    CallRecord, DataRecord, Fate, FateCounts, FieldError, PricingRecord, RESULT_SCHEMA, Rank, RankShares,
-    RunResult, Scenario, ScenarioRecord, SimulationRecord,
+    CallRecord, DataRecord, Fate, FateCounts, FieldError, InstanceRecord, PricingRecord, RESULT_SCHEMA, Rank,
+    RankShares, RunResult, Scenario, ScenarioRecord, SimulationRecord,
 };
 use blis_costmodel::CostData;
 use blis_kernel::{ActorId, Envelope, HostKind, KernelError, Observer, RunEnd, SimDuration, SimTime};
@@ -110,6 +110,16 @@ pub enum RunError {
     Input(FieldError),
     /// The simulation could not go on.
     Kernel(KernelError),
+    /// An engine instance stopped making progress (as its upstream would), so the run cannot
+    /// answer.
+    Stalled {
+        /// The instance.
+        instance: String,
+        /// When it was declared stalled, µs of simulated time.
+        at_us: u64,
+        /// What it did.
+        reason: String,
+    },
 }
 
 impl fmt::Display for RunError {
@@ -117,6 +127,9 @@ impl fmt::Display for RunError {
         match self {
             RunError::Input(e) => write!(f, "{e}"),
             RunError::Kernel(e) => write!(f, "simulation failed: {e}"),
+            RunError::Stalled { at_us, reason, .. } => {
+                write!(f, "simulation stopped at {:.6} s: {reason}", *at_us as f64 / 1e6)
+            }
         }
     }
 }
@@ -191,6 +204,15 @@ pub fn run_observed(
             end => break end,
         }
     };
+    if let RunEnd::Halted { at, actor, reason } = &end
+        && actor.as_str() != "observer"
+    {
+        return Err(RunError::Stalled {
+            instance: actor.clone(),
+            at_us: at.as_micros(),
+            reason: reason.clone(),
+        });
+    }
     let end_time = match end {
         RunEnd::Horizon { at } => at,
         RunEnd::Quiescent { at } | RunEnd::Halted { at, .. } => at,
@@ -202,9 +224,19 @@ pub fn run_observed(
     let mut engine_steps = 0;
     let mut priced = RankShares::default();
     let mut started = Vec::new();
+    let mut instances = Vec::new();
     for &id in &cluster.engines {
         let host = finished.take_actor::<EngineHost>(id).expect("engine ids hold engine hosts");
-        engine_steps += host.engine().counters().steps;
+        let counters = host.engine().counters();
+        let metrics = host.engine().metrics();
+        instances.push(InstanceRecord {
+            name: host.name().to_owned(),
+            steps: counters.steps,
+            preemptions: counters.preemptions,
+            prefix_cache_queries: metrics.prefix_cache_queries,
+            prefix_cache_hits: metrics.prefix_cache_hits,
+        });
+        engine_steps += counters.steps;
         priced.merge(host.priced());
         started.extend(host.engine().scheduler().held().filter(|&(_, s)| s).map(|(key, _)| key));
         started.extend_from_slice(host.answered());
@@ -241,6 +273,7 @@ pub fn run_observed(
         pricing: pricing_record(&priced),
         fates,
         metrics: metrics(&calls),
+        instances,
         simulation: SimulationRecord {
             end_time_us: end_time.as_micros(),
             engine_steps,

@@ -14,7 +14,7 @@ cluster:
       engine:
         kind: vllm
         version: "0.15.1"
-        args: { enable_prefix_caching: false, async_scheduling: false, enforce_eager: true }
+        args: { block_size: 16 }
 workload:
   clients:
     - name: a
@@ -49,7 +49,7 @@ fn an_unknown_field_is_named() {
 
 #[test]
 fn an_unknown_engine_argument_is_named() {
-    let e = refusal("enforce_eager: true", "enforce_eager: true, max_num_seq: 4");
+    let e = refusal("block_size: 16", "block_size: 16, max_num_seq: 4");
     assert_eq!(e.path, "cluster.pools[0].engine.args.max_num_seq");
     assert!(e.cause.contains("unknown field"), "{e}");
 }
@@ -107,28 +107,28 @@ fn a_deployment_that_cannot_hold_one_request_is_refused() {
     assert!(e.cause.contains("No available memory for the cache blocks"), "{e}");
     // Llama-3.1-8B's full 131,072-token context needs 16 GiB of KV; at 40% of the GPU there is
     // less than that left after the weights.
-    let e = refusal("enforce_eager: true", "enforce_eager: true, gpu_memory_utilization: 0.4");
+    let e = refusal("block_size: 16", "block_size: 16, gpu_memory_utilization: 0.4");
     assert_eq!(e.path, "cluster.pools[0].engine.args.max_model_len");
     assert!(e.cause.contains("To serve at least one request with the models's max seq len (131072)"), "{e}");
     // A block override too small for one max_model_len request.
-    let e = refusal(
-        "enforce_eager: true",
-        "enforce_eager: true, max_model_len: 4096, num_gpu_blocks_override: 100",
-    );
+    let e = refusal("block_size: 16", "block_size: 16, max_model_len: 4096, num_gpu_blocks_override: 100");
     assert_eq!(e.path, "cluster.pools[0].engine.args.num_gpu_blocks_override");
     assert!(e.cause.contains("cannot hold one request"), "{e}");
 }
 
 #[test]
 fn features_this_build_does_not_model_are_refused_by_name() {
-    let e = refusal("enable_prefix_caching: false, ", "");
-    assert_eq!(e.path, "cluster.pools[0].engine.args.enable_prefix_caching");
-    assert!(e.cause.contains("set `false` explicitly"), "{e}");
     let e = refusal("version: \"0.15.1\"", "version: \"0.16.0\"");
     assert_eq!(e.path, "cluster.pools[0].engine.version");
     assert!(e.cause.contains("0.15.1"), "{e}");
-    let e = refusal("enforce_eager: true", "enforce_eager: true, scheduling_policy: priority");
+    let e = refusal("block_size: 16", "block_size: 16, pipeline_parallel_size: 2");
+    assert_eq!(e.path, "cluster.pools[0].engine.args.pipeline_parallel_size");
+    assert!(e.cause.contains("not modelled"), "{e}");
+    let e = refusal("block_size: 16", "block_size: 16, scheduling_policy: lifo");
     assert_eq!(e.path, "cluster.pools[0].engine.args.scheduling_policy");
+    assert_eq!(e.value.as_deref(), Some("lifo"));
+    let e = refusal("block_size: 16", "block_size: 16, quantization: awq");
+    assert_eq!(e.path, "cluster.pools[0].engine.args.quantization");
 }
 
 #[test]

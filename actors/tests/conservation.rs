@@ -24,9 +24,6 @@ cluster:
         kind: vllm
         version: "0.15.1"
         args:
-          enable_prefix_caching: false
-          async_scheduling: false
-          enforce_eager: true
           max_model_len: 4096
 {extra_args}
 workload:

@@ -139,8 +139,13 @@ fn gate_overload_horizon() {
 }
 
 #[test]
+fn gate_prefix_heavy() {
+    gate("prefix-heavy");
+}
+
+#[test]
 fn every_gate_scenario_replays_without_divergence() {
-    for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon"] {
+    for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon", "prefix-heavy"] {
         replays(name);
     }
 }

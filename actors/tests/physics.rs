@@ -16,7 +16,7 @@ cluster:
       engine:
         kind: vllm
         version: "0.15.1"
-        args: { enable_prefix_caching: false, async_scheduling: false, enforce_eager: true }
+        args: {}
 workload:
   clients:
     - name: a

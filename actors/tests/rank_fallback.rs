@@ -15,7 +15,7 @@ cluster:
       engine:
         kind: vllm
         version: "0.15.1"
-        args: { tensor_parallel_size: 2, enable_prefix_caching: false, async_scheduling: false, enforce_eager: true }
+        args: { tensor_parallel_size: 2 }
 workload:
   clients:
     - name: a

@@ -213,7 +213,9 @@ fn run(
     let (output, observers) = match run_with_progress(&text, options, data, observers, quiet) {
         Ok(done) => done,
         Err(RunError::Input(error)) => return fail(2, format_args!("{source}: {error}")),
-        Err(error @ RunError::Kernel(_)) => return fail(1, format_args!("{source}: {error}")),
+        Err(error @ (RunError::Kernel(_) | RunError::Stalled { .. })) => {
+            return fail(1, format_args!("{source}: {error}"));
+        }
     };
     let end = SimTime::from_micros(output.result.simulation.end_time_us);
     let mut observers = observers.into_iter();

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use blis_actors::RunOutput;
 use blis_contracts::LatencySummary;
 
-/// The summary of a run: fates, latency table, throughput.
+/// The summary of a run: fates, latency table, throughput, prefix-cache hits and preemptions.
 pub fn render(output: &RunOutput) -> String {
     let r = &output.result;
     let f = &r.fates;
@@ -36,5 +36,15 @@ pub fn render(output: &RunOutput) -> String {
         "throughput: {:.1} output tokens/s, {:.2} requests/s over {:.1} s; {} engine steps",
         m.output_tokens_per_s, m.requests_per_s, m.span_s, r.simulation.engine_steps
     );
+    let queries: u64 = r.instances.iter().map(|i| i.prefix_cache_queries).sum();
+    let hits: u64 = r.instances.iter().map(|i| i.prefix_cache_hits).sum();
+    let preemptions: u64 = r.instances.iter().map(|i| i.preemptions).sum();
+    if queries > 0 {
+        let rate = hits as f64 / queries as f64 * 100.0;
+        let _ = writeln!(s, "prefix cache: {hits} of {queries} prompt tokens hit ({rate:.1}%)");
+    }
+    if preemptions > 0 {
+        let _ = writeln!(s, "preemptions: {preemptions}");
+    }
     s
 }

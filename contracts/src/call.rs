@@ -36,6 +36,10 @@ pub struct CallRecord {
     pub output_tokens: u32,
     /// The engine instance that served it (empty if it never reached one).
     pub instance: String,
+    /// Prompt tokens the engine found in its prefix cache when it first admitted the call.
+    pub cached_tokens: u32,
+    /// Times the engine preempted it.
+    pub preemptions: u32,
     /// How it ended.
     #[serde(flatten)]
     pub fate: Fate,

@@ -65,6 +65,25 @@ pub struct KvPlan {
 pub enum GraphPolicy {
     /// No graphs: every step runs eagerly at its exact size.
     Eager,
+    /// Graphs captured at these token counts (ascending); a step up to the largest is padded
+    /// to the next one and replays a graph, a larger step runs eagerly.
+    Captured {
+        /// The capture sizes, in tokens.
+        capture_sizes: Vec<u32>,
+    },
+}
+
+/// How one step runs on the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepGraph {
+    /// Every kernel launched one by one, at the exact token count.
+    #[default]
+    Eager,
+    /// Graph replays for everything but attention, which launches eagerly per layer.
+    Piecewise,
+    /// One graph replay for the whole step.
+    Full,
 }
 
 /// Everything about a pool that stays fixed for its life.
@@ -160,6 +179,8 @@ pub struct StepShape {
     /// Token count the step runs at after the upstream's padding (equal to
     /// `totals.new_tokens` when it runs eagerly).
     pub padded_tokens: u64,
+    /// How the step is launched.
+    pub graph: StepGraph,
 }
 
 impl StepShape {
@@ -168,6 +189,7 @@ impl StepShape {
         self.requests.clear();
         self.totals = StepTotals::default();
         self.padded_tokens = 0;
+        self.graph = StepGraph::Eager;
     }
 
     /// Add one request's part and update the totals.
@@ -202,6 +224,9 @@ pub struct StepPrice {
     /// Wall time of the step on the device, in microseconds (not yet rounded; the engine host
     /// applies the one rounding rule).
     pub micros: f64,
+    /// The part of `micros` spent on the host CPU (scheduling, input preparation, output
+    /// processing), which asynchronous scheduling overlaps with the previous step's device time.
+    pub host_micros: f64,
     /// The same time split by the rank of the coefficients that priced each part.
     pub by_rank: RankShares,
 }

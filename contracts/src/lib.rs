@@ -20,17 +20,17 @@ pub mod yaml;
 
 pub use call::{CallRecord, Fate};
 pub use engine::{
-    EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepMode,
-    StepPrice, StepRequest, StepShape, StepTotals,
+    EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepGraph,
+    StepMode, StepPrice, StepRequest, StepShape, StepTotals,
 };
 pub use error::{FieldError, join_path};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
 pub use result::{
-    DataRecord, FateCounts, LatencySummary, Metrics, PricingRecord, RESULT_SCHEMA, RunResult, ScenarioRecord,
-    SimulationRecord,
+    DataRecord, FateCounts, InstanceRecord, LatencySummary, Metrics, PricingRecord, RESULT_SCHEMA, RunResult,
+    ScenarioRecord, SimulationRecord,
 };
 pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,
 };
-pub use workload::{Arrival, ClientSpec, LengthDist, Workload};
+pub use workload::{Arrival, ClientSpec, LengthDist, SharedPrefix, Workload};

@@ -28,8 +28,26 @@ pub struct RunResult {
     pub fates: FateCounts,
     /// Latency and throughput over the completed requests.
     pub metrics: Metrics,
+    /// Each engine instance's own counters, as its `/metrics` reports them at the end.
+    pub instances: Vec<InstanceRecord>,
     /// What the simulation did.
     pub simulation: SimulationRecord,
+}
+
+/// One engine instance's counters at the end of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    /// The instance, `engine/<pool>-<i>`.
+    pub name: String,
+    /// Steps that ran at least one token.
+    pub steps: u64,
+    /// Preemptions (`vllm:num_preemptions`).
+    pub preemptions: u64,
+    /// Prompt tokens looked up in the prefix cache by requests never preempted, one lookup per
+    /// admission attempt (`vllm:prefix_cache_queries`).
+    pub prefix_cache_queries: u64,
+    /// Those found cached (`vllm:prefix_cache_hits`).
+    pub prefix_cache_hits: u64,
 }
 
 /// The scenario behind a result.

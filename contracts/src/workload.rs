@@ -27,6 +27,29 @@ pub struct ClientSpec {
     pub input_tokens: LengthDist,
     /// Tokens each request generates (the engine stops at exactly this many).
     pub output_tokens: LengthDist,
+    /// A system prompt shared by groups of requests, placed before the `input_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<SharedPrefix>,
+    /// The engine scheduling priority of its requests (lower runs first under the `priority`
+    /// policy; ignored under `fcfs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i64,
+}
+
+fn is_zero(value: &i64) -> bool {
+    *value == 0
+}
+
+/// System prompts shared by groups of requests, written `{groups: 4, tokens: 512}`: each
+/// request draws one of `groups` prompts of `tokens` tokens uniformly and puts it before its own
+/// `input_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPrefix {
+    /// How many distinct system prompts.
+    pub groups: u32,
+    /// Tokens in each.
+    pub tokens: u32,
 }
 
 /// Arrival processes, written `{process: poisson, rate_per_s: 20}`.
@@ -116,6 +139,22 @@ impl Workload {
             }
             client.input_tokens.validate(&format!("{path}.input_tokens"))?;
             client.output_tokens.validate(&format!("{path}.output_tokens"))?;
+            if let Some(prefix) = client.shared_prefix {
+                if prefix.groups == 0 {
+                    return Err(FieldError::new(
+                        format!("{path}.shared_prefix.groups"),
+                        0,
+                        "must be at least 1",
+                    ));
+                }
+                if prefix.tokens == 0 {
+                    return Err(FieldError::new(
+                        format!("{path}.shared_prefix.tokens"),
+                        0,
+                        "must be at least 1 token",
+                    ));
+                }
+            }
         }
         Ok(())
     }

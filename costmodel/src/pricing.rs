@@ -14,7 +14,7 @@
 //! dozen floating-point operations whatever the batch size (one `pow` for MoE expert coverage).
 
 use blis_contracts::{
-    Environment, GraphPolicy, MemoryFootprint, ModelArchitecture, PoolPlan, Rank, RankShares, StepPrice,
+    Environment, MemoryFootprint, ModelArchitecture, PoolPlan, Rank, RankShares, StepGraph, StepPrice,
     StepShape,
 };
 
@@ -97,7 +97,8 @@ pub struct Pricer {
     all_reduce: (f64, f64, Rank),
     moe_dispatch: (f64, Rank),
     host: (f64, f64, f64, Rank),
-    launch: (f64, Rank),
+    /// Launch time per step run eagerly, as piecewise graphs, and as one full graph.
+    launch: (f64, f64, f64, Rank),
     memory: (f64, f64),
     resolved: Resolved,
 }
@@ -147,9 +148,13 @@ impl Pricer {
         };
         let host = resolved.get(Family::Host);
         let launch = resolved.get(Family::Launch);
-        let launch_us = match plan.graphs {
-            GraphPolicy::Eager => launch.param("eager_layer_us") * f64::from(model.num_layers),
-        };
+        let layers = f64::from(model.num_layers);
+        let graph_us = launch.param("graph_step_us");
+        let launch_us = (
+            launch.param("eager_layer_us") * layers,
+            graph_us + launch.param("piecewise_layer_us") * layers,
+            graph_us,
+        );
         let memory = resolved.get(Family::Memory);
         Pricer {
             peak_flops,
@@ -208,7 +213,7 @@ impl Pricer {
                 host.param("sampled_token_us"),
                 host.rank,
             ),
-            launch: (launch_us, launch.rank),
+            launch: (launch_us.0, launch_us.1, launch_us.2, launch.rank),
             memory: (memory.param("non_torch_bytes"), memory.param("non_torch_bytes_per_peer")),
             resolved,
         }
@@ -364,12 +369,18 @@ impl Environment for Pricer {
         );
 
         // Kernel launches and host work.
-        let (launch_us, launch_rank) = self.launch;
+        let (eager_us, piecewise_us, full_us, launch_rank) = self.launch;
+        let launch_us = match step.graph {
+            StepGraph::Eager => eager_us,
+            StepGraph::Piecewise => piecewise_us,
+            StepGraph::Full => full_us,
+        };
         by_rank.add(launch_rank, launch_us);
         let (step_us, request_us, token_us, host_rank) = self.host;
-        by_rank.add(host_rank, step_us + request_us * f64::from(totals.requests) + token_us * sampled);
+        let host_micros = step_us + request_us * f64::from(totals.requests) + token_us * sampled;
+        by_rank.add(host_rank, host_micros);
 
-        StepPrice { micros: by_rank.total(), by_rank }
+        StepPrice { micros: by_rank.total(), host_micros, by_rank }
     }
 }
 

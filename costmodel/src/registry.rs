@@ -89,6 +89,10 @@ impl Family {
             Family::Launch => &[
                 ("eager_layer_us", "kernel-launch time per layer per step without CUDA graphs, µs"),
                 ("graph_step_us", "time to replay one CUDA graph per step, µs"),
+                (
+                    "piecewise_layer_us",
+                    "launch time per layer of the attention left eager between piecewise graphs, µs",
+                ),
             ],
             Family::Memory => &[
                 ("non_torch_bytes", "memory outside the allocator on each GPU, bytes"),

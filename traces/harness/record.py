@@ -341,6 +341,10 @@ class Trace:
 
     # ----- header ---------------------------------------------------------
     def header(self):
+        return self.header_fields() | (
+            {"stop_after_steps": self.w["stop_after_steps"]} if "stop_after_steps" in self.w else {})
+
+    def header_fields(self):
         reqs = []
         for i, s in enumerate(self.specs):
             reqs.append({
@@ -609,7 +613,10 @@ class Trace:
         queue = deque()  # async batch queue: (step, SchedulerOutput, sampled)
         step = 0
         self.lines.append(self.header())
+        stop_after = self.w.get("stop_after_steps")
         while True:
+            if stop_after is not None and step == stop_after:
+                break
             assert step < MAX_STEPS, "runaway workload"
             rec = {"step": step, "added": [], "aborted": []}
             if self.on_step_start is not None:
@@ -666,6 +673,12 @@ class Trace:
             self.lines.append(rec)
             step += 1
 
+        if stop_after is not None:
+            # A livelock: the requests are still there.
+            assert sched.has_requests(), "the workload finished before stop_after_steps"
+            assert not self.finished, "a request finished"
+            self.stats["steps"] = step
+            return self.lines
         # Final checks: every request finished, outputs follow the rule
         assert not children, children
         for i, rid in enumerate(self.ids):

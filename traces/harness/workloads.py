@@ -25,6 +25,9 @@ A workload is a dict:
         expect_abort  optional "waiting" | "running" | "preempted": the state
                       the request must be in when the abort is applied
                       (record.py fails if it is not)
+    stop_after_steps  optional int: record only this many steps, for a workload
+                      vLLM never finishes (a livelock); record.py then checks
+                      that requests are still unfinished instead of finished
 
 Sampled tokens are never part of a workload: token k of request i is always
 20000 + 1000 * i + k (see record.py).
@@ -365,6 +368,37 @@ def w_priority_ties():
                 requests=reqs)
 
 
+def w_priority_livelock():
+    rng = random.Random(1040)
+    # Found by the port's property test: two requests of equal priority arriving at the same step,
+    # and a cache that holds only one of them. Under the priority policy the victim of a failed
+    # allocation is max((priority, arrival_time)) over running, so each request in turn preempts
+    # the other and neither ever samples a token.
+    reqs = [req(toks(rng, 19), 17, 16, priority=2), req(toks(rng, 25), 15, 16, priority=2)]
+    return dict(name="priority-livelock",
+                description="priority policy, equal (priority, arrival), a cache for one request: the two "
+                            "preempt each other forever (an upstream livelock); 400 steps recorded",
+                config=cfg(policy="priority", block_size=2, num_gpu_blocks=28, max_num_seqs=2,
+                           max_num_batched_tokens=56, max_model_len=48, long_prefill_token_threshold=4,
+                           enable_prefix_caching=False),
+                stop_after_steps=400,
+                requests=reqs)
+
+
+def w_priority_livelock_bs16():
+    rng = random.Random(1041)
+    # The same cycle at vLLM's GPU block size (used by the port's engine-level test).
+    reqs = [req(toks(rng, 40), 72, 0, priority=1), req(toks(rng, 48), 64, 0, priority=1)]
+    return dict(name="priority-livelock-bs16",
+                description="priority policy, equal (priority, arrival), block size 16, 9 usable blocks: "
+                            "the two requests preempt each other forever; 400 steps recorded",
+                config=cfg(policy="priority", block_size=16, num_gpu_blocks=10, max_num_seqs=2,
+                           max_num_batched_tokens=576, max_model_len=144, long_prefill_token_threshold=16,
+                           enable_prefix_caching=False),
+                stop_after_steps=400,
+                requests=reqs)
+
+
 def w_aborts():
     rng = random.Random(1021)
     reqs = []
@@ -565,7 +599,8 @@ BUILDERS = [
     w_no_chunked_tight, w_priority_basic, w_priority_preempt, w_priority_ties, w_aborts,
     w_aborts_fcfs_ample, w_no_prefix_caching, w_no_prefix_caching_bs32, w_bs8_shared,
     w_bs32_mixed, w_max_model_len_cap, w_long_decode, w_idle_gaps, w_lru_order,
-    w_mixed_everything, w_priority_multiturn_aborts,
+    w_mixed_everything, w_priority_multiturn_aborts, w_priority_livelock,
+    w_priority_livelock_bs16,
 ]
 
 # Aborts: (workload name) -> list of (request index, abort_step, expected state).

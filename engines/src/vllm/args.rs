@@ -1,11 +1,15 @@
 //! vLLM's engine arguments as a scenario gives them, and their resolution to a configuration.
 //!
-//! Names are vLLM's own (`vllm serve --max-num-seqs` is `max_num_seqs` here). Every argument is
-//! either modelled, or refused by name with the reason; unknown names are refused by the parser.
-//! Unset arguments resolve as vLLM 0.15.1's `vllm serve` resolves them.
+//! Names are vLLM's own (`vllm serve --max-num-seqs` is `max_num_seqs` here). Every argument of
+//! the release is modelled, accepted as inert, or refused by name with the reason (see
+//! [`super::fields`]); a name the release does not have is refused as unknown. Unset arguments
+//! resolve as vLLM 0.15.1's `vllm serve` resolves them.
 
+use blis_contracts::yaml::{self, YamlValue};
 use blis_contracts::{FieldError, ModelArchitecture};
 use serde::{Deserialize, Serialize};
+
+use super::fields::{Treatment, treatment};
 
 /// The vLLM release this build models.
 pub const VLLM_VERSION: &str = "0.15.1";
@@ -34,18 +38,30 @@ pub struct VllmArgs {
     pub enable_chunked_prefill: Option<bool>,
     /// Cap on the tokens one request gets in one step (0: no cap).
     pub long_prefill_token_threshold: Option<u32>,
-    /// Prefix caching (not modelled yet: must be set to false).
+    /// Reuse KV blocks of identical prompt prefixes (on by default).
     pub enable_prefix_caching: Option<bool>,
-    /// Asynchronous scheduling (not modelled yet: must be set to false).
+    /// Schedule the next step while the current one runs (on by default).
     pub async_scheduling: Option<bool>,
-    /// Eager execution without CUDA graphs (graphs not modelled yet: must be set to true).
+    /// Run every step eagerly, without CUDA graphs (off by default).
     pub enforce_eager: Option<bool>,
-    /// Scheduling policy (only `fcfs` is modelled).
+    /// `fcfs` (the default) or `priority`.
     pub scheduling_policy: Option<String>,
     /// KV-cache element format: `auto` (the model's dtype) or an FP8 format.
     pub kv_cache_dtype: Option<String>,
     /// Weight quantization applied at load (`fp8`).
     pub quantization: Option<String>,
+    /// Prompts prefilled concurrently; above 1 it turns on the long-prefill threshold.
+    pub max_num_partial_prefills: Option<u32>,
+    /// Long prompts prefilled concurrently (at most `max_num_partial_prefills`).
+    pub max_long_partial_prefills: Option<u32>,
+    /// Token counts to capture CUDA graphs at, replacing the default list.
+    pub cudagraph_capture_sizes: Option<Vec<u32>>,
+    /// Largest CUDA-graph capture size of the default list.
+    pub max_cudagraph_capture_size: Option<u32>,
+    /// KV-cache bytes per GPU, replacing the memory-utilization rule.
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// Hash function of prefix-cache blocks.
+    pub prefix_caching_hash_algo: Option<String>,
 }
 
 /// A resolved vLLM configuration: every value the simulation uses.
@@ -71,12 +87,18 @@ pub struct VllmConfig {
     pub enable_chunked_prefill: bool,
     /// Per-request token cap per step (0: none).
     pub long_prefill_token_threshold: u32,
-    /// Prefix caching (always false in this build).
+    /// Prefix caching.
     pub enable_prefix_caching: bool,
-    /// Asynchronous scheduling (always false in this build).
+    /// Asynchronous scheduling (two steps in flight).
     pub async_scheduling: bool,
-    /// Eager execution (always true in this build).
+    /// Eager execution.
     pub enforce_eager: bool,
+    /// Token counts CUDA graphs are captured at, ascending (empty when eager).
+    pub cudagraph_capture_sizes: Vec<u32>,
+    /// KV-cache bytes per GPU fixed by the user instead of by the utilization rule.
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// Prefix-cache block hash function as configured.
+    pub prefix_caching_hash_algo: String,
     /// Scheduling policy.
     pub scheduling_policy: String,
     /// KV-cache element format as given (`auto`, `fp8`, `fp8_e4m3`, `fp8_e5m2`).
@@ -95,6 +117,34 @@ pub struct DeviceClass<'a> {
 }
 
 impl VllmArgs {
+    /// Read `engine.args` found at `path`: every name is checked against vLLM 0.15.1's
+    /// arguments first, so a refused one is named with its reason and an inert one is dropped.
+    pub fn from_yaml(value: &YamlValue, path: &str) -> Result<VllmArgs, FieldError> {
+        let mut modelled = value.clone();
+        if let Some(mapping) = modelled.as_mapping_mut() {
+            let mut inert = Vec::new();
+            for (key, setting) in mapping.iter() {
+                let Some(name) = key.as_str() else { continue };
+                match treatment(name) {
+                    Some(Treatment::Refused { why }) => {
+                        let rendered = serde_json::to_string(setting).unwrap_or_default();
+                        return Err(FieldError::new(
+                            format!("{path}.{name}"),
+                            rendered.trim_matches('"'),
+                            format!("a vLLM {VLLM_VERSION} argument this build does not model: {why}"),
+                        ));
+                    }
+                    Some(Treatment::Inert { .. }) => inert.push(key.clone()),
+                    Some(Treatment::Modelled) | None => {}
+                }
+            }
+            for key in inert {
+                mapping.remove(&key);
+            }
+        }
+        yaml::from_value(&modelled, path)
+    }
+
     /// Resolve against the model and device; `path` is where these args sit in the scenario.
     pub fn resolve(
         &self,
@@ -103,14 +153,6 @@ impl VllmArgs {
         path: &str,
     ) -> Result<VllmConfig, FieldError> {
         let at = |field: &str| format!("{path}.{field}");
-        require_explicit(self.enable_prefix_caching, false, &at("enable_prefix_caching"), "prefix caching")?;
-        require_explicit(self.async_scheduling, false, &at("async_scheduling"), "asynchronous scheduling")?;
-        require_explicit(
-            self.enforce_eager,
-            true,
-            &at("enforce_eager"),
-            "CUDA graphs (enforce_eager: false)",
-        )?;
         if let Some(pp) = self.pipeline_parallel_size.filter(|&pp| pp != 1) {
             return Err(FieldError::new(
                 at("pipeline_parallel_size"),
@@ -119,12 +161,8 @@ impl VllmArgs {
             ));
         }
         let policy = self.scheduling_policy.clone().unwrap_or_else(|| "fcfs".to_owned());
-        if policy != "fcfs" {
-            return Err(FieldError::new(
-                at("scheduling_policy"),
-                &policy,
-                "only the fcfs policy is modelled yet",
-            ));
+        if policy != "fcfs" && policy != "priority" {
+            return Err(FieldError::new(at("scheduling_policy"), &policy, "vLLM accepts fcfs or priority"));
         }
         let kv_cache_dtype = self.kv_cache_dtype.clone().unwrap_or_else(|| "auto".to_owned());
         if !["auto", "fp8", "fp8_e4m3", "fp8_e5m2"].contains(&kv_cache_dtype.as_str()) {
@@ -159,11 +197,23 @@ impl VllmArgs {
         let large_device =
             device.capacity_bytes >= 70 << 30 && !device.name.to_ascii_lowercase().contains("a100");
         let (default_tokens, default_seqs) = if large_device { (8192, 1024) } else { (2048, 256) };
-        let max_num_seqs = positive(self.max_num_seqs.unwrap_or(default_seqs), &at("max_num_seqs"))?;
-        let max_num_batched_tokens =
-            positive(self.max_num_batched_tokens.unwrap_or(default_tokens), &at("max_num_batched_tokens"))?;
         let derived_max_len = model.max_position_embeddings;
         let max_model_len = positive(self.max_model_len.unwrap_or(derived_max_len), &at("max_model_len"))?;
+        let enable_chunked_prefill = self.enable_chunked_prefill.unwrap_or(true);
+        let given_seqs = self.max_num_seqs.map(|seqs| positive(seqs, &at("max_num_seqs"))).transpose()?;
+        let max_num_batched_tokens = match self.max_num_batched_tokens {
+            Some(tokens) => positive(tokens, &at("max_num_batched_tokens"))?,
+            // Defaulted: at least one whole prompt without chunking, and never more than the
+            // sequences could use.
+            None => {
+                let tokens =
+                    if enable_chunked_prefill { default_tokens } else { default_tokens.max(max_model_len) };
+                let seqs = u64::from(given_seqs.unwrap_or(default_seqs));
+                u64::from(tokens).min(seqs * u64::from(max_model_len)) as u32
+            }
+        };
+        // A defaulted max_num_seqs never exceeds the token budget.
+        let max_num_seqs = given_seqs.unwrap_or(default_seqs.min(max_num_batched_tokens));
         if max_model_len > derived_max_len {
             return Err(FieldError::new(
                 at("max_model_len"),
@@ -207,7 +257,6 @@ impl VllmArgs {
                 ),
             ));
         }
-        let enable_chunked_prefill = self.enable_chunked_prefill.unwrap_or(true);
         if !enable_chunked_prefill && max_num_batched_tokens < max_model_len {
             return Err(FieldError::new(
                 at("max_num_batched_tokens"),
@@ -217,6 +266,59 @@ impl VllmArgs {
                 ),
             ));
         }
+        let max_num_partial_prefills =
+            positive(self.max_num_partial_prefills.unwrap_or(1), &at("max_num_partial_prefills"))?;
+        let max_long_partial_prefills =
+            positive(self.max_long_partial_prefills.unwrap_or(1), &at("max_long_partial_prefills"))?;
+        let mut long_prefill_token_threshold = self.long_prefill_token_threshold.unwrap_or(0);
+        if max_num_partial_prefills > 1 {
+            if !enable_chunked_prefill {
+                return Err(FieldError::new(
+                    at("max_num_partial_prefills"),
+                    max_num_partial_prefills,
+                    "Chunked prefill must be enabled to set max_num_partial_prefills > 1.",
+                ));
+            }
+            if long_prefill_token_threshold == 0 {
+                long_prefill_token_threshold = (f64::from(max_model_len) * 0.04) as u32;
+            }
+            if long_prefill_token_threshold > max_model_len {
+                return Err(FieldError::new(
+                    at("long_prefill_token_threshold"),
+                    long_prefill_token_threshold,
+                    format!(
+                        "long_prefill_token_threshold ({long_prefill_token_threshold}) cannot be greater than the max_model_len ({max_model_len})."
+                    ),
+                ));
+            }
+        }
+        if max_long_partial_prefills > max_num_partial_prefills {
+            return Err(FieldError::new(
+                at("max_long_partial_prefills"),
+                max_long_partial_prefills,
+                format!(
+                    "self.max_long_partial_prefills={max_long_partial_prefills} must be less than or equal to self.max_num_partial_prefills={max_num_partial_prefills}."
+                ),
+            ));
+        }
+        let prefix_caching_hash_algo =
+            self.prefix_caching_hash_algo.clone().unwrap_or_else(|| "sha256".to_owned());
+        if !["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"].contains(&prefix_caching_hash_algo.as_str()) {
+            return Err(FieldError::new(
+                at("prefix_caching_hash_algo"),
+                &prefix_caching_hash_algo,
+                "vLLM accepts sha256, sha256_cbor, xxhash or xxhash_cbor",
+            ));
+        }
+        if let Some(0) = self.kv_cache_memory_bytes {
+            return Err(FieldError::new(at("kv_cache_memory_bytes"), 0, "must be at least one block"));
+        }
+        let enforce_eager = self.enforce_eager.unwrap_or(false);
+        let cudagraph_capture_sizes = if enforce_eager {
+            Vec::new()
+        } else {
+            self.resolve_capture_sizes(max_num_seqs, max_num_batched_tokens, &at)?
+        };
         Ok(VllmConfig {
             version: VLLM_VERSION.to_owned(),
             tensor_parallel_size,
@@ -227,10 +329,13 @@ impl VllmArgs {
             gpu_memory_utilization,
             num_gpu_blocks_override: self.num_gpu_blocks_override,
             enable_chunked_prefill,
-            long_prefill_token_threshold: self.long_prefill_token_threshold.unwrap_or(0),
-            enable_prefix_caching: false,
-            async_scheduling: false,
-            enforce_eager: true,
+            long_prefill_token_threshold,
+            enable_prefix_caching: self.enable_prefix_caching.unwrap_or(true),
+            async_scheduling: self.async_scheduling.unwrap_or(true),
+            enforce_eager,
+            cudagraph_capture_sizes,
+            kv_cache_memory_bytes: self.kv_cache_memory_bytes,
+            prefix_caching_hash_algo,
             scheduling_policy: policy,
             kv_cache_dtype,
             quantization: self.quantization.clone(),
@@ -238,31 +343,74 @@ impl VllmArgs {
     }
 }
 
+impl VllmArgs {
+    /// The capture sizes as `VllmConfig._set_cudagraph_sizes` settles them.
+    fn resolve_capture_sizes(
+        &self,
+        max_num_seqs: u32,
+        max_num_batched_tokens: u32,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<Vec<u32>, FieldError> {
+        let largest = self
+            .max_cudagraph_capture_size
+            .unwrap_or(max_num_seqs.saturating_mul(2).min(512))
+            .min(max_num_batched_tokens);
+        let sizes = match &self.cudagraph_capture_sizes {
+            Some(given) => {
+                if given.is_empty() {
+                    return Err(FieldError::new(
+                        at("cudagraph_capture_sizes"),
+                        "[]",
+                        "cudagraph_capture_sizes should contain at least one element when using cuda graph.",
+                    ));
+                }
+                let mut sizes: Vec<u32> =
+                    given.iter().copied().filter(|&size| size <= max_num_batched_tokens).collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                sizes
+            }
+            None => default_capture_sizes(largest),
+        };
+        if let (Some(given), Some(&last)) = (self.max_cudagraph_capture_size, sizes.last())
+            && self.cudagraph_capture_sizes.is_some()
+            && given != last
+        {
+            return Err(FieldError::new(
+                at("max_cudagraph_capture_size"),
+                given,
+                format!(
+                    "customized max_cudagraph_capture_size(={given}) should be consistent with the max value of cudagraph_capture_sizes(={last})"
+                ),
+            ));
+        }
+        if largest == 0 || sizes.first() == Some(&0) {
+            return Err(FieldError::new(
+                at("max_cudagraph_capture_size"),
+                largest,
+                "Maximum cudagraph size should be greater than or equal to 1 when using cuda graph.",
+            ));
+        }
+        Ok(sizes)
+    }
+}
+
 fn positive(value: u32, path: &str) -> Result<u32, FieldError> {
     if value == 0 { Err(FieldError::new(path, 0, "must be at least 1")) } else { Ok(value) }
 }
 
-/// A feature this build does not model yet, whose upstream default differs from what the build
-/// does: the scenario must state the modelled value, so nothing degrades silently.
-fn require_explicit(
-    value: Option<bool>,
-    modelled: bool,
-    path: &str,
-    feature: &str,
-) -> Result<(), FieldError> {
-    match value {
-        Some(v) if v == modelled => Ok(()),
-        Some(v) => Err(FieldError::new(
-            path,
-            v,
-            format!("{feature} is not modelled by this build yet; set {modelled}"),
-        )),
-        None => Err(FieldError::at(
-            path,
-            format!(
-                "vLLM {VLLM_VERSION} defaults to {}, which this build does not model yet ({feature}); set `{modelled}` explicitly",
-                !modelled
-            ),
-        )),
+/// vLLM's default CUDA-graph capture sizes: 1, 2, 4, then every 8 below 256, then every 16,
+/// up to `min(2 × max_num_seqs, 512, max_num_batched_tokens)`.
+pub fn capture_sizes(max_num_seqs: u32, max_num_batched_tokens: u32) -> Vec<u32> {
+    default_capture_sizes(max_num_seqs.saturating_mul(2).min(512).min(max_num_batched_tokens))
+}
+
+/// 1, 2, 4, then every 8 below 256, then every 16, up to `largest`.
+fn default_capture_sizes(largest: u32) -> Vec<u32> {
+    let mut sizes: Vec<u32> = [1, 2, 4].into_iter().filter(|&size| size <= largest).collect();
+    sizes.extend((8..(largest + 1).min(256)).step_by(8));
+    if largest >= 256 {
+        sizes.extend((256..=largest).step_by(16));
     }
+    sizes
 }

@@ -119,8 +119,7 @@ impl BlockPool {
         for _ in 0..count {
             into.push(self.pop_head().expect("free count says a block is there"));
         }
-        for i in start..into.len() {
-            let id = into[i];
+        for &id in &into[start..] {
             if self.caching {
                 self.evict(id);
             }
@@ -183,7 +182,12 @@ impl BlockPool {
         }
         if self.record_events {
             let parent = (cached > 0).then(|| event_value(&hashes[cached - 1]));
-            self.events.push(KvEvent::BlockStored { request, first_block: cached as u32, hashes: stored, parent });
+            self.events.push(KvEvent::BlockStored {
+                request,
+                first_block: cached as u32,
+                hashes: stored,
+                parent,
+            });
         }
     }
 

@@ -9,9 +9,12 @@
 
 use std::collections::VecDeque;
 
-use blis_contracts::{Environment, StepPrice, StepRequest, StepShape};
+use std::fmt;
+
+use blis_contracts::{Environment, StepGraph, StepPrice, StepRequest, StepShape};
 
 use super::kv_cache_manager::KvCacheManager;
+use super::metrics::{CacheConfigInfo, MetricsSnapshot};
 use super::plan::VllmPlan;
 use super::request::EngineRequest;
 use super::scheduler::{
@@ -45,6 +48,49 @@ impl Rejection {
     }
 }
 
+/// Steps without a sampled token, per token of `max_model_len`, after which an instance is
+/// declared livelocked. Without preemption a running request gains at least one token a step,
+/// so it samples within `max_model_len` steps; sixteen times that only passes when requests
+/// keep losing their progress.
+const LIVELOCK_STEPS_PER_TOKEN: u64 = 16;
+
+/// The instance stopped making progress, as the upstream would, and the run cannot finish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stall {
+    /// Steps ran without any request sampling a token: requests preempt each other in a cycle
+    /// (vLLM 0.15.1's priority policy does this for requests of equal priority and arrival time
+    /// when the cache holds only one of them).
+    Livelock {
+        /// Consecutive steps without a sampled token.
+        steps: u64,
+        /// Preemptions during those steps.
+        preemptions: u64,
+    },
+    /// A step scheduled and preempted nothing with nothing in flight while requests wait: no
+    /// later step can differ.
+    Deadlock {
+        /// Requests waiting.
+        waiting: usize,
+        /// Requests running.
+        running: usize,
+    },
+}
+
+impl fmt::Display for Stall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stall::Livelock { steps, preemptions } => write!(
+                f,
+                "livelock: {steps} steps without a sampled token while requests preempted each other {preemptions} times; vLLM 0.15.1 does the same for this configuration (see engines/src/vllm/FIELDS.md, 'Known upstream livelock')"
+            ),
+            Stall::Deadlock { waiting, running } => write!(
+                f,
+                "deadlock: a step scheduled no token with {waiting} requests waiting and {running} running and nothing in flight"
+            ),
+        }
+    }
+}
+
 /// A vLLM instance as a plain state machine.
 pub struct VllmEngine {
     plan: VllmPlan,
@@ -54,6 +100,10 @@ pub struct VllmEngine {
     spare: Vec<SchedulerOutput>,
     shape: StepShape,
     update: UpdateOutput,
+    steps_without_token: u64,
+    preemptions_without_token: u64,
+    stall: Option<Stall>,
+    metrics: MetricsSnapshot,
 }
 
 impl VllmEngine {
@@ -70,7 +120,19 @@ impl VllmEngine {
             async_scheduling: config.async_scheduling,
         };
         let blocks = u32::try_from(plan.budget.num_gpu_blocks).expect("the plan bounds the block count");
-        let kv = KvCacheManager::new(blocks, config.block_size, config.max_model_len, config.enable_prefix_caching);
+        let kv = KvCacheManager::new(
+            blocks,
+            config.block_size,
+            config.max_model_len,
+            config.enable_prefix_caching,
+        );
+        let metrics = MetricsSnapshot::new(CacheConfigInfo {
+            block_size: config.block_size,
+            num_gpu_blocks: plan.budget.num_gpu_blocks,
+            enable_prefix_caching: config.enable_prefix_caching,
+            cache_dtype: config.kv_cache_dtype.clone(),
+            gpu_memory_utilization: config.gpu_memory_utilization,
+        });
         VllmEngine {
             scheduler: Scheduler::new(limits, kv),
             plan,
@@ -79,6 +141,10 @@ impl VllmEngine {
             spare: Vec::new(),
             shape: StepShape::default(),
             update: UpdateOutput::default(),
+            steps_without_token: 0,
+            preemptions_without_token: 0,
+            stall: None,
+            metrics,
         }
     }
 
@@ -122,27 +188,96 @@ impl VllmEngine {
         self.in_flight.len()
     }
 
-    /// Schedule the next batch, queue it as launched, and price it. The shape is empty (and the
-    /// price zero) when no request got a token.
+    /// Schedule the next batch, queue it as launched, pad it to its CUDA graph, and price it.
+    /// The shape is empty (and the price zero) when no request got a token.
     pub fn schedule(&mut self) -> (StepPrice, &StepShape) {
         let mut output = self.spare.pop().unwrap_or_default();
         self.scheduler.schedule(&mut output);
         self.shape.clear();
         for s in &output.scheduled {
-            self.shape.push(StepRequest { new_tokens: s.tokens, context_tokens: s.context, samples: s.samples });
+            self.shape.push(StepRequest {
+                new_tokens: s.tokens,
+                context_tokens: s.context,
+                samples: s.samples,
+            });
         }
+        // An empty step that preempted nothing left the scheduler as it was: with nothing in
+        // flight, every later step would be the same. (An empty step that preempted is normal:
+        // a request that preempts itself ends the running pass, and the next step differs.)
+        if self.shape.requests.is_empty()
+            && output.preempted.is_empty()
+            && self.in_flight.is_empty()
+            && self.scheduler.has_requests()
+        {
+            self.stall.get_or_insert(Stall::Deadlock {
+                waiting: self.scheduler.num_waiting(),
+                running: self.scheduler.num_running(),
+            });
+        }
+        self.preemptions_without_token += output.preempted.len() as u64;
         self.in_flight.push_back(output);
-        let price = if self.shape.requests.is_empty() { StepPrice::default() } else { self.environment.price(&self.shape) };
+        self.pad_to_graph();
+        let price = if self.shape.requests.is_empty() {
+            StepPrice::default()
+        } else {
+            self.environment.price(&self.shape)
+        };
         (price, &self.shape)
     }
 
+    /// vLLM's CUDA-graph dispatch (FULL_AND_PIECEWISE): a step of at most the largest capture
+    /// size runs at the next capture size; a uniform decode step whose padded size is at most
+    /// `max_num_seqs` replays a full graph, any other a piecewise one; larger steps run eagerly.
+    fn pad_to_graph(&mut self) {
+        let sizes = &self.plan.config.cudagraph_capture_sizes;
+        let tokens = self.shape.totals.new_tokens;
+        let Some(&padded) = sizes.iter().find(|&&size| u64::from(size) >= tokens) else { return };
+        let uniform_decode = tokens == u64::from(self.shape.totals.requests);
+        self.shape.padded_tokens = u64::from(padded);
+        self.shape.graph = if uniform_decode && padded <= self.plan.config.max_num_seqs {
+            StepGraph::Full
+        } else {
+            StepGraph::Piecewise
+        };
+    }
+
     /// Apply the outputs of the oldest launched batch, which ended at `now_us`; finished
-    /// requests go to `finished`.
+    /// requests move to `finished`. The rest of the update (tokens, statistics, KV events) stays
+    /// readable through [`VllmEngine::last_update`] until the next completion.
     pub fn complete_oldest(&mut self, now_us: u64, finished: &mut Vec<FinishedRequest>) {
         let Some(batch) = self.in_flight.pop_front() else { return };
         self.scheduler.update_from_output(&batch, now_us, &mut self.update);
+        if self.update.tokens.iter().any(|(_, token)| token.is_some()) || !self.scheduler.has_requests() {
+            self.steps_without_token = 0;
+            self.preemptions_without_token = 0;
+        } else if !batch.scheduled.is_empty() {
+            self.steps_without_token += 1;
+            let limit = LIVELOCK_STEPS_PER_TOKEN * u64::from(self.plan.config.max_model_len);
+            if self.steps_without_token > limit {
+                self.stall.get_or_insert(Stall::Livelock {
+                    steps: self.steps_without_token,
+                    preemptions: self.preemptions_without_token,
+                });
+            }
+        }
         finished.append(&mut self.update.finished);
+        self.metrics.record(&self.update.stats, self.scheduler.counters().preemptions);
         self.spare.push(batch);
+    }
+
+    /// The instance's `/metrics` after its latest update.
+    pub fn metrics(&self) -> &MetricsSnapshot {
+        &self.metrics
+    }
+
+    /// The outputs applied by the latest [`VllmEngine::complete_oldest`].
+    pub fn last_update(&self) -> &UpdateOutput {
+        &self.update
+    }
+
+    /// Why the instance can make no more progress, once it cannot.
+    pub fn stall(&self) -> Option<&Stall> {
+        self.stall.as_ref()
     }
 
     /// What the scheduler did so far.

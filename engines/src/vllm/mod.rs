@@ -6,17 +6,21 @@ mod args;
 mod block_hash;
 mod block_pool;
 mod engine;
+mod fields;
 mod kv_cache_manager;
+mod metrics;
 mod plan;
 mod queue;
 mod request;
 mod scheduler;
 
-pub use args::{DeviceClass, VLLM_VERSION, VllmArgs, VllmConfig};
+pub use args::{DeviceClass, VLLM_VERSION, VllmArgs, VllmConfig, capture_sizes};
 pub use block_hash::{BlockHash, event_value, hash_block, none_hash};
 pub use block_pool::{BlockId, BlockPool, KvEvent};
-pub use engine::{Rejection, VllmEngine};
+pub use engine::{Rejection, Stall, VllmEngine};
+pub use fields::{ARGUMENTS, Treatment, treatment};
 pub use kv_cache_manager::{KvCacheManager, PrefixCacheStats};
+pub use metrics::{CacheConfigInfo, MetricsSnapshot};
 pub use plan::{KvBudget, VllmPlan, plan};
 pub use request::{EngineRequest, Status};
 pub use scheduler::{

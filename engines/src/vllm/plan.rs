@@ -4,12 +4,14 @@
 //! gives the KV cache what is left of `gpu_memory_utilization` × total memory:
 //!
 //! ```text
-//! available = total × gpu_memory_utilization − weights − peak activations − non-torch − CUDA graphs
+//! available = ⌈total × gpu_memory_utilization⌉ − weights − peak activations − non-torch
 //! num_gpu_blocks = floor(available / bytes per block)        (or num_gpu_blocks_override)
 //! ```
 //!
-//! The Environment supplies the memory figures; this module applies the rule and refuses to
-//! start where vLLM refuses, with vLLM's own condition.
+//! `kv_cache_memory_bytes`, when given, replaces `available` (vLLM then skips the rule). vLLM
+//! 0.15.1 captures CUDA graphs after sizing the cache, so their memory is not subtracted (it only
+//! logs a suggested `--kv-cache-memory`). The Environment supplies the memory figures; this
+//! module applies the rule and refuses to start where vLLM refuses, with vLLM's own condition.
 
 use blis_contracts::{
     AttentionKind, Dtype, EngineIdentity, Environment, FieldError, GraphPolicy, KvPlan, MemoryFootprint,
@@ -104,18 +106,25 @@ pub fn plan(
         },
         max_num_batched_tokens: config.max_num_batched_tokens,
         max_num_seqs: config.max_num_seqs,
-        graphs: GraphPolicy::Eager,
-        steps_in_flight: 1,
+        graphs: if config.enforce_eager {
+            GraphPolicy::Eager
+        } else {
+            GraphPolicy::Captured { capture_sizes: config.cudagraph_capture_sizes.clone() }
+        },
+        steps_in_flight: if config.async_scheduling { 2 } else { 1 },
     };
     let env = environment(&pool);
     let footprint = env.memory(&pool);
-    let requested_bytes =
-        (footprint.gpu_capacity_bytes as f64 * config.gpu_memory_utilization).floor() as u64;
+    let requested_bytes = (footprint.gpu_capacity_bytes as f64 * config.gpu_memory_utilization).ceil() as u64;
     let used = footprint.weights_bytes
         + footprint.activation_peak_bytes
         + footprint.non_torch_bytes
         + footprint.cuda_graph_bytes;
-    let available_kv_bytes = requested_bytes as i64 - used as i64;
+    // `kv_cache_memory_bytes` skips the profiling rule and is taken as given.
+    let available_kv_bytes = match config.kv_cache_memory_bytes {
+        Some(bytes) => bytes as i64,
+        None => requested_bytes as i64 - used as i64,
+    };
     let at = |field: &str| format!("{path}.{field}");
     if available_kv_bytes <= 0 && config.num_gpu_blocks_override.is_none() {
         return Err(FieldError::new(

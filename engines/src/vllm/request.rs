@@ -58,7 +58,11 @@ pub(crate) struct Request {
 }
 
 impl Request {
-    pub(crate) fn new(spec: &EngineRequest, hash_block_size: Option<usize>, scratch: &mut Vec<u8>) -> Request {
+    pub(crate) fn new(
+        spec: &EngineRequest,
+        hash_block_size: Option<usize>,
+        scratch: &mut Vec<u8>,
+    ) -> Request {
         let mut tokens = Vec::with_capacity(spec.prompt_token_ids.len() + spec.output_token_ids.len());
         tokens.extend_from_slice(&spec.prompt_token_ids);
         let mut block_hashes = Vec::new();

@@ -379,7 +379,8 @@ impl Scheduler {
             let request = self.get(handle);
             let placeholders = request.num_output_placeholders;
             if placeholders > 0
-                && request.num_computed_tokens + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
+                && request.num_computed_tokens + 2 - placeholders
+                    >= request.num_prompt_tokens + request.max_tokens
             {
                 index += 1;
                 continue;
@@ -504,7 +505,13 @@ impl Scheduler {
         }
         for &(handle, n, computed, resumed) in &admitted {
             let request = self.get(handle);
-            out.scheduled.push(Scheduled { handle, key: request.spec.key, tokens: n, context: computed, samples: false });
+            out.scheduled.push(Scheduled {
+                handle,
+                key: request.spec.key,
+                tokens: n,
+                context: computed,
+                samples: false,
+            });
             if resumed {
                 out.cached.push(Admission::Cached {
                     key: request.spec.key,
@@ -514,11 +521,16 @@ impl Scheduler {
                     new_blocks: Some(request.blocks.clone()),
                 });
             } else {
-                out.new.push(Admission::New { key: request.spec.key, computed, blocks: request.blocks.clone() });
+                out.new.push(Admission::New {
+                    key: request.spec.key,
+                    computed,
+                    blocks: request.blocks.clone(),
+                });
             }
         }
         out.total = out.scheduled.iter().map(|s| s.tokens).sum();
-        out.common_prefix_blocks = self.running.first().map_or(0, |&h| self.kv.common_prefix_blocks(self.get(h)));
+        out.common_prefix_blocks =
+            self.running.first().map_or(0, |&h| self.kv.common_prefix_blocks(self.get(h)));
         std::mem::swap(&mut out.finished_prev, &mut self.finished_ids);
         out.finished_prev.sort_unstable();
 
@@ -531,7 +543,8 @@ impl Scheduler {
             };
             request.num_computed_tokens += entry.tokens;
             entry.samples = if asynchronous {
-                let complete = request.num_computed_tokens == request.num_tokens() + request.num_output_placeholders;
+                let complete =
+                    request.num_computed_tokens == request.num_tokens() + request.num_output_placeholders;
                 if complete {
                     request.num_output_placeholders += 1;
                 }
@@ -608,7 +621,8 @@ impl Scheduler {
                 request.in_prefill = false;
                 self.events.push((request.spec.key, SchedulerEvent::PrefillDone));
             }
-            let finished = request.num_tokens() >= max_model_len || request.num_output_tokens() >= request.max_tokens;
+            let finished =
+                request.num_tokens() >= max_model_len || request.num_output_tokens() >= request.max_tokens;
             if asynchronous {
                 request.num_output_placeholders -= 1;
                 if status_before == Status::Running {
@@ -647,7 +661,12 @@ impl Scheduler {
     }
 
     /// Free a finished request: report it with the next schedule, return its blocks, drop it.
-    fn free_request(&mut self, handle: RequestHandle, reason: FinishReason, finished: &mut Vec<FinishedRequest>) {
+    fn free_request(
+        &mut self,
+        handle: RequestHandle,
+        reason: FinishReason,
+        finished: &mut Vec<FinishedRequest>,
+    ) {
         let entry = &mut self.slots[handle.slot as usize];
         let mut request = entry.1.take().expect("a live request");
         self.free_slots.push(handle.slot);
