@@ -52,7 +52,9 @@ pub struct BlockPool {
     head: u32,
     tail: u32,
     free: u32,
-    cached: BTreeMap<BlockHash, Vec<BlockId>>,
+    /// Cached blocks by the first 16 bytes of their hash (cheaper to compare than all 32), in
+    /// the order they were cached; lookups confirm the full hash in `hash`.
+    cached: BTreeMap<u128, Vec<BlockId>>,
     caching: bool,
     events: Vec<KvEvent>,
     record_events: bool,
@@ -129,7 +131,8 @@ impl BlockPool {
 
     /// The first block cached under `hash`, if any.
     pub fn get_cached_block(&self, hash: &BlockHash) -> Option<BlockId> {
-        self.cached.get(hash).and_then(|blocks| blocks.first().copied())
+        let blocks = self.cached.get(&index(hash))?;
+        blocks.iter().copied().find(|&id| self.hash[id as usize].as_ref() == Some(hash))
     }
 
     /// Take a reference on prefix-hit blocks, removing free ones from the queue.
@@ -177,7 +180,7 @@ impl BlockPool {
             let hash = hashes[cached + i];
             debug_assert!(self.hash[id as usize].is_none(), "block {id} is cached twice");
             self.hash[id as usize] = Some(hash);
-            self.cached.entry(hash).or_default().push(id);
+            self.cached.entry(index(&hash)).or_default().push(id);
             stored.push(event_value(&hash));
         }
         if self.record_events {
@@ -209,12 +212,13 @@ impl BlockPool {
 
     fn evict(&mut self, id: BlockId) {
         let Some(hash) = self.hash[id as usize].take() else { return };
-        if let Some(blocks) = self.cached.get_mut(&hash)
+        let key = index(&hash);
+        if let Some(blocks) = self.cached.get_mut(&key)
             && let Some(position) = blocks.iter().position(|&b| b == id)
         {
             blocks.remove(position);
             if blocks.is_empty() {
-                self.cached.remove(&hash);
+                self.cached.remove(&key);
             }
             if self.record_events {
                 self.events.push(KvEvent::BlockRemoved { hash: event_value(&hash) });
@@ -310,4 +314,11 @@ mod tests {
         assert!(matches!(events[0], KvEvent::BlockStored { request: 7, first_block: 0, parent: None, .. }));
         assert!(matches!(events[1], KvEvent::BlockRemoved { .. }));
     }
+}
+
+/// The key of `hash` in the cached-block index.
+fn index(hash: &BlockHash) -> u128 {
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&hash[..16]);
+    u128::from_le_bytes(first)
 }
