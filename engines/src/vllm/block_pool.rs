@@ -265,6 +265,13 @@ impl BlockPool {
     }
 }
 
+/// The key of `hash` in the cached-block index.
+fn index(hash: &BlockHash) -> u128 {
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&hash[..16]);
+    u128::from_le_bytes(first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,11 +321,4 @@ mod tests {
         assert!(matches!(events[0], KvEvent::BlockStored { request: 7, first_block: 0, parent: None, .. }));
         assert!(matches!(events[1], KvEvent::BlockRemoved { .. }));
     }
-}
-
-/// The key of `hash` in the cached-block index.
-fn index(hash: &BlockHash) -> u128 {
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&hash[..16]);
-    u128::from_le_bytes(first)
 }
