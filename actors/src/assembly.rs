@@ -11,10 +11,11 @@ use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
 use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};
 use serde_json::json;
 
-use crate::client::Client;
+use crate::client::{Client, ClientWiring};
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
 use crate::router_host::RouterHost;
+use crate::workload::Synthetic;
 
 /// An assembled cluster, ready to run.
 pub struct AssembledCluster {
@@ -113,7 +114,16 @@ pub fn assemble(
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");
     let streams = Streams::new(seed);
     for (index, (spec, &id)) in scenario.workload.clients.iter().zip(&clients).enumerate() {
-        let client = Client::new(spec, index as u32, id, router, to_client, vocab_size, streams);
+        let source = Box::new(Synthetic::new(spec, scenario.workload.rate_per_s, streams));
+        let wiring = ClientWiring {
+            index: index as u32,
+            me: id,
+            router,
+            delay_to_router: to_client,
+            vocab_size,
+            streams,
+        };
+        let client = Client::new(&spec.name, source, wiring);
         assembly.install(id, client).map_err(install_error)?;
     }
     let simulation = assembly.build(host).map_err(install_error)?;

@@ -1,27 +1,102 @@
-//! The client: an open-loop source of LLM calls and the record of what came back.
+//! The client: plays one workload source and records what came back.
 //!
-//! It sends requests with exponential gaps (a Poisson process) through the router, each with
-//! prompt and output token ids drawn from substreams keyed by the request, so the same request
-//! has the same tokens whatever the rest of the configuration. It records every call's fate and,
-//! for completed calls, the latency of every token as the client sees it.
+//! A source yields requests, each a DAG of nodes (LLM calls, tool calls, intervals) with an
+//! arrival time. The client releases a request's root nodes when it arrives — at its arrival
+//! time (open loop), when an earlier request of a closed loop ends, or when its stage starts —
+//! and every other node when all its parents have finished. An LLM call goes to the router with
+//! its prompt and output token ids, fixed in advance from substreams keyed by the request, the
+//! node and the prompt part (a shared part by its name; a history part by the node it repeats),
+//! so a later turn's prompt holds the earlier turn's real output ids. Tool calls and intervals
+//! are timers. A call not answered within its timeout is aborted: the client records it as timed
+//! out and sends an abort, which frees the engine's blocks; a node that fails leaves its
+//! descendants unsent.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_contracts::{Arrival, CallRecord, ClientSpec, Fate, LengthDist};
+use blis_contracts::{CallRecord, Fate, LlmCall, NodeKind, PromptPart, RequestSpec};
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{
     Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, Streams, Substream,
     TimeAdvance,
 };
 
-use crate::message::{CallRequest, ClusterMessage};
+use crate::message::{CallAbort, CallRequest, ClusterMessage};
+use crate::workload::sampling::draw_duration_us;
+use crate::workload::{Pacing, Planned, RequestSource};
 
-/// Bits of a request key below the client index.
-pub const KEY_SEQUENCE_BITS: u32 = 40;
+/// A call's key: the client's index, the request's sequence number and the node's index,
+/// `client << 48 | request << 16 | node`, so the key of a request's calls is known from its id.
+pub fn call_key(client: u32, request: u64, node: usize) -> u64 {
+    (u64::from(client) << 48) | (request << 16) | node as u64
+}
 
-/// What the client knows of one call.
+/// The bits of a call key that name its request.
+pub const REQUEST_KEY_MASK: u64 = !0xffff;
+
+/// Where a node stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeState {
+    /// Waiting for this many parents.
+    Blocked(u32),
+    /// Sent (an LLM call) or running (a timer).
+    Running,
+    /// Finished successfully.
+    Done,
+    /// Failed (dropped or timed out), or never to run because a parent failed.
+    Failed,
+}
+
+/// A request that has arrived and not yet ended.
+struct LiveRequest {
+    spec: RequestSpec,
+    arrival_us: u64,
+    stage: u32,
+    nodes: Vec<NodeState>,
+    /// The call index of each LLM node.
+    calls: Vec<Option<usize>>,
+    /// What each LLM node sent, for later history parts.
+    exchanges: Vec<Option<Exchange>>,
+    children: Vec<Vec<usize>>,
+    unsettled: usize,
+}
+
+/// The token ids of one call: its prompt and the output it will get.
+#[derive(Clone, Debug)]
+struct Exchange {
+    prompt: Arc<[u32]>,
+    output: Arc<[u32]>,
+}
+
+/// Where a client sits in the cluster and how it draws token ids.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientWiring {
+    /// The client's index among clients (the top bits of its call keys).
+    pub index: u32,
+    /// Its own address.
+    pub me: ActorId,
+    /// The router's address.
+    pub router: ActorId,
+    /// One-way delay to the router.
+    pub delay_to_router: SimDuration,
+    /// Token ids are drawn below this.
+    pub vocab_size: u32,
+    /// The run's substreams.
+    pub streams: Streams,
+}
+
+/// What the client knows of one LLM call.
 #[derive(Clone, Debug)]
 struct Call {
+    key: u64,
+    name: String,
+    request: String,
+    node: String,
+    parents: Vec<String>,
+    /// The request's slot while it lives.
+    live: usize,
+    node_index: usize,
+    sent_us: Option<u64>,
     arrival_us: u64,
     input_tokens: u32,
     output_tokens: u32,
@@ -30,148 +105,372 @@ struct Call {
     token_latency_us: Vec<u64>,
     cached_tokens: u32,
     preemptions: u32,
+    request_e2e_us: Option<u64>,
 }
 
-/// One open-loop client.
+/// Something the client does at a time of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    /// A tool call or interval ends.
+    NodeEnds {
+        /// The live request's slot.
+        live: usize,
+        /// The node.
+        node: usize,
+    },
+    /// A call's timeout.
+    Timeout {
+        /// The call.
+        call: usize,
+    },
+    /// A closed loop's next request.
+    Release,
+    /// The next stage starts.
+    StageStarts,
+}
+
+/// One client.
 pub struct Client {
     name: String,
+    component: String,
     index: u32,
     me: ActorId,
     router: ActorId,
     delay_to_router: SimDuration,
-    spec: ClientSpec,
     vocab_size: u32,
     streams: Streams,
-    gaps: Substream,
-    input_lengths: Substream,
-    output_lengths: Substream,
-    prefix_groups: Substream,
-    next_gap: SimDuration,
+    source: Box<dyn RequestSource>,
+    pacing: Pacing,
+    think_times: Substream,
+    /// The next request of the source, not yet released.
+    upcoming: Option<Planned>,
+    stage: u32,
+    stage_start_us: u64,
+    stage_waiting: bool,
+    timers: BTreeMap<(u64, u64), Timer>,
+    timer_sequence: u64,
+    live: BTreeMap<usize, LiveRequest>,
+    next_live: usize,
     calls: Vec<Call>,
+    calls_by_key: BTreeMap<u64, usize>,
     outstanding: u64,
+    arrived: u64,
+    last_transition: SimTime,
 }
 
 impl Client {
-    /// A client named `name` (its `index` among clients), at address `me`, sending through
-    /// `router` with a one-way delay, drawing token ids below `vocab_size`.
-    pub fn new(
-        spec: &ClientSpec,
-        index: u32,
-        me: ActorId,
-        router: ActorId,
-        delay_to_router: SimDuration,
-        vocab_size: u32,
-        streams: Streams,
-    ) -> Client {
-        let component = format!("client/{}", spec.name);
+    /// A client named `name` playing `source`, wired into the cluster by `wiring`.
+    pub fn new(name: &str, source: Box<dyn RequestSource>, wiring: ClientWiring) -> Client {
+        let ClientWiring { index, me, router, delay_to_router, vocab_size, streams } = wiring;
+        let component = format!("client/{name}");
         let mut client = Client {
-            name: spec.name.clone(),
+            name: name.to_owned(),
+            think_times: streams.stream(&component, "closed-loop-think-time", ""),
+            component,
             index,
             me,
             router,
             delay_to_router,
-            spec: spec.clone(),
             vocab_size,
             streams,
-            gaps: streams.stream(&component, "arrival", ""),
-            input_lengths: streams.stream(&component, "input-length", ""),
-            output_lengths: streams.stream(&component, "output-length", ""),
-            prefix_groups: streams.stream(&component, "prefix-group", ""),
-            next_gap: SimDuration::ZERO,
-            calls: Vec::with_capacity(spec.requests.min(1 << 20) as usize),
+            pacing: source.pacing(),
+            source,
+            upcoming: None,
+            stage: 0,
+            stage_start_us: 0,
+            stage_waiting: false,
+            timers: BTreeMap::new(),
+            timer_sequence: 0,
+            live: BTreeMap::new(),
+            next_live: 0,
+            calls: Vec::new(),
+            calls_by_key: BTreeMap::new(),
             outstanding: 0,
+            arrived: 0,
+            last_transition: SimTime::ZERO,
         };
-        client.next_gap = client.draw_gap();
+        client.upcoming = client.source.next_request();
+        if let Pacing::Closed { concurrency, .. } = client.pacing {
+            for _ in 0..concurrency {
+                client.schedule(0, Timer::Release);
+            }
+        }
         client
     }
 
-    fn draw_gap(&mut self) -> SimDuration {
-        match self.spec.arrival {
-            Arrival::Poisson { rate_per_s } => {
-                SimDuration::from_micros_ceil(self.gaps.exponential(1e6 / rate_per_s))
-                    .expect("a validated positive rate gives a finite gap")
+    /// The client's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests that have arrived so far.
+    pub fn arrived(&self) -> u64 {
+        self.arrived
+    }
+
+    fn schedule(&mut self, at_us: u64, timer: Timer) {
+        self.timers.insert((at_us, self.timer_sequence), timer);
+        self.timer_sequence += 1;
+    }
+
+    /// When the upcoming request arrives under open-loop or staged pacing.
+    fn upcoming_arrival(&self) -> Option<u64> {
+        let planned = self.upcoming.as_ref()?;
+        match self.pacing {
+            Pacing::Open => Some(planned.spec.arrival_us),
+            Pacing::StagesAfterCompletion { .. } if planned.stage == self.stage && !self.stage_waiting => {
+                Some(self.stage_start_us + planned.spec.arrival_us)
+            }
+            Pacing::StagesAfterCompletion { .. } | Pacing::Closed { .. } => None,
+        }
+    }
+
+    /// Admit the upcoming request at `now_us` and release its roots.
+    fn arrive(&mut self, now_us: u64, out: &mut Outbox<ClusterMessage>) {
+        let Some(planned) = self.upcoming.take() else { return };
+        self.upcoming = self.source.next_request();
+        let sequence = self.arrived;
+        self.arrived += 1;
+        let spec = planned.spec;
+        let n = spec.nodes.len();
+        let mut children = vec![Vec::new(); n];
+        let mut nodes = Vec::with_capacity(n);
+        for (i, node) in spec.nodes.iter().enumerate() {
+            for parent in &node.parents {
+                let p = spec
+                    .nodes
+                    .iter()
+                    .position(|m| &m.id == parent)
+                    .expect("a validated request names its parents");
+                children[p].push(i);
+            }
+            nodes.push(NodeState::Blocked(node.parents.len() as u32));
+        }
+        let live = self.next_live;
+        self.next_live += 1;
+        let single = spec.calls().count() == 1;
+        let mut calls = vec![None; n];
+        for (i, node) in spec.nodes.iter().enumerate() {
+            if let NodeKind::Llm(call) = &node.kind {
+                let key = call_key(self.index, sequence, i);
+                calls[i] = Some(self.calls.len());
+                self.calls_by_key.insert(key, self.calls.len());
+                self.calls.push(Call {
+                    key,
+                    name: if single { spec.id.clone() } else { format!("{}/{}", spec.id, node.id) },
+                    request: spec.id.clone(),
+                    node: node.id.clone(),
+                    parents: node.parents.clone(),
+                    live,
+                    node_index: i,
+                    sent_us: None,
+                    arrival_us: now_us,
+                    input_tokens: 0,
+                    output_tokens: call.output_tokens,
+                    instance: None,
+                    fate: None,
+                    token_latency_us: Vec::new(),
+                    cached_tokens: 0,
+                    preemptions: 0,
+                    request_e2e_us: None,
+                });
+            }
+        }
+        self.live.insert(
+            live,
+            LiveRequest {
+                arrival_us: now_us,
+                stage: planned.stage,
+                exchanges: vec![None; n],
+                unsettled: n,
+                nodes,
+                calls,
+                children,
+                spec,
+            },
+        );
+        for i in 0..n {
+            if self.live[&live].nodes[i] == NodeState::Blocked(0) {
+                self.start_node(live, i, now_us, out);
             }
         }
     }
 
-    fn draw_length(stream: &mut Substream, dist: LengthDist) -> u32 {
-        match dist {
-            LengthDist::Constant { value } => value,
-            LengthDist::Uniform { min, max } => min + stream.below(u64::from(max - min) + 1) as u32,
+    /// Start node `i` of live request `live`: send its call or start its timer.
+    fn start_node(&mut self, live: usize, i: usize, now_us: u64, out: &mut Outbox<ClusterMessage>) {
+        let request = self.live.get_mut(&live).expect("a live request");
+        request.nodes[i] = NodeState::Running;
+        match request.spec.nodes[i].kind.clone() {
+            NodeKind::Tool(duration_us) | NodeKind::Interval(duration_us) => {
+                self.schedule(now_us + duration_us, Timer::NodeEnds { live, node: i });
+            }
+            NodeKind::Llm(call) => self.send(live, i, &call, now_us, out),
         }
     }
 
-    /// `count` token ids for `purpose` of `item`, from their own substream.
-    fn token_ids(&self, purpose: &str, item: &str, count: u32) -> impl Iterator<Item = u32> + use<> {
-        let mut stream = self.streams.stream(&format!("client/{}", self.name), purpose, item);
+    /// The prompt ids of an LLM node.
+    fn prompt(&self, request: &LiveRequest, node: usize, call: &LlmCall) -> Vec<u32> {
+        let mut prompt = Vec::new();
+        let node_id = &request.spec.nodes[node].id;
+        for (j, part) in call.prompt.iter().enumerate() {
+            match part {
+                PromptPart::Tokens(count) => {
+                    let key = format!("{}/{node_id}/{j}", request.spec.id);
+                    prompt.extend(self.token_ids(&self.component, "prompt-tokens", &key, *count));
+                }
+                PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
+                PromptPart::Shared { name, tokens } => {
+                    prompt.extend(self.token_ids("workload", "shared-tokens", name, *tokens));
+                }
+                PromptPart::History(of) => {
+                    let earlier =
+                        request.spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
+                    let exchange = request.exchanges[earlier]
+                        .as_ref()
+                        .expect("a history node finished before its descendant");
+                    prompt.extend_from_slice(&exchange.prompt);
+                    prompt.extend_from_slice(&exchange.output);
+                }
+            }
+        }
+        prompt
+    }
+
+    /// `count` token ids from the substream `(component, purpose, item)`.
+    fn token_ids(
+        &self,
+        component: &str,
+        purpose: &str,
+        item: &str,
+        count: u32,
+    ) -> impl Iterator<Item = u32> + use<> {
+        let mut stream = self.streams.stream(component, purpose, item);
         let vocab_size = u64::from(self.vocab_size);
         (0..count).map(move |_| stream.below(vocab_size) as u32)
     }
 
-    /// The prompt of `request_id`: its group's system prompt (if any), then its own tokens.
-    fn prompt(&mut self, request_id: &str, own_tokens: u32) -> Arc<[u32]> {
-        let prefix = self.spec.shared_prefix.map(|shared| {
-            let group = self.prefix_groups.below(u64::from(shared.groups));
-            self.token_ids("prefix-tokens", &group.to_string(), shared.tokens)
-        });
-        prefix.into_iter().flatten().chain(self.token_ids("prompt-tokens", request_id, own_tokens)).collect()
-    }
-
-    /// The key of this client's `sequence`-th request.
-    fn key(&self, sequence: u64) -> u64 {
-        (u64::from(self.index) << KEY_SEQUENCE_BITS) | sequence
-    }
-
-    fn send_next(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
-        let sequence = self.calls.len() as u64;
-        let request_id = format!("{}-{sequence}", self.name);
-        let own_tokens = Client::draw_length(&mut self.input_lengths, self.spec.input_tokens);
-        let output_tokens = Client::draw_length(&mut self.output_lengths, self.spec.output_tokens);
-        let prompt_token_ids = self.prompt(&request_id, own_tokens);
-        let input_tokens = prompt_token_ids.len() as u32;
-        let request = EngineRequest {
-            key: self.key(sequence),
-            name: Arc::from(request_id.as_str()),
-            priority: self.spec.priority,
-            prompt_token_ids,
-            output_token_ids: self.token_ids("output-tokens", &request_id, output_tokens).collect(),
-            arrival_us: now.as_micros(),
+    fn send(
+        &mut self,
+        live: usize,
+        node: usize,
+        call: &LlmCall,
+        now_us: u64,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
+        let request = &self.live[&live];
+        let index = request.calls[node].expect("an LLM node has a call");
+        let prompt: Arc<[u32]> = self.prompt(request, node, call).into();
+        let output_key = format!("{}/{}", request.spec.id, request.spec.nodes[node].id);
+        let output: Arc<[u32]> =
+            self.token_ids(&self.component, "output-tokens", &output_key, call.output_tokens).collect();
+        let key = self.calls[index].key;
+        let engine_request = EngineRequest {
+            key,
+            name: Arc::from(self.calls[index].name.as_str()),
+            priority: call.priority,
+            prompt_token_ids: prompt.clone(),
+            output_token_ids: output.clone(),
+            arrival_us: now_us,
         };
-        self.calls.push(Call {
-            arrival_us: now.as_micros(),
-            input_tokens,
-            output_tokens,
-            instance: None,
-            fate: None,
-            token_latency_us: Vec::new(),
-            cached_tokens: 0,
-            preemptions: 0,
-        });
+        self.live.get_mut(&live).expect("a live request").exchanges[node] =
+            Some(Exchange { prompt: prompt.clone(), output });
+        let record = &mut self.calls[index];
+        record.sent_us = Some(now_us);
+        record.arrival_us = now_us;
+        record.input_tokens = prompt.len() as u32;
         self.outstanding += 1;
+        if let Some(timeout_us) = call.timeout_us {
+            self.schedule(now_us + timeout_us, Timer::Timeout { call: index });
+        }
         if let Some(notes) = out.notes() {
-            let key = request.key;
             notes
-                .phase_begin("request", key, request_id)
-                .arg("input_tokens", u64::from(input_tokens))
-                .arg("output_tokens", u64::from(output_tokens));
+                .phase_begin("request", key, self.calls[index].name.clone())
+                .arg("input_tokens", u64::from(self.calls[index].input_tokens))
+                .arg("output_tokens", u64::from(call.output_tokens));
             notes.phase_begin("request", key, "queued");
             notes.counter("client", "outstanding", self.outstanding as f64);
         }
-        let message = CallRequest { client: self.me, request };
+        let message = CallRequest { client: self.me, request: engine_request };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }
 
-    fn receive(&mut self, now: SimTime, message: ClusterMessage, out: &mut Outbox<ClusterMessage>) {
-        let key = match &message {
-            ClusterMessage::Completion(m) => m.key,
-            ClusterMessage::Rejection(m) => m.key,
-            ClusterMessage::Request(_) => return,
-        };
-        let Some(call) = self.calls.get_mut((key & ((1 << KEY_SEQUENCE_BITS) - 1)) as usize) else { return };
-        match message {
+    /// Node `i` of `live` ended (`ok`: successfully); release what it unblocks.
+    fn settle(&mut self, live: usize, i: usize, ok: bool, now_us: u64, out: &mut Outbox<ClusterMessage>) {
+        let request = self.live.get_mut(&live).expect("a live request");
+        request.nodes[i] = if ok { NodeState::Done } else { NodeState::Failed };
+        request.unsettled -= 1;
+        let mut ready = Vec::new();
+        let mut failed = Vec::new();
+        let mut pending: Vec<(usize, bool)> = request.children[i].iter().map(|&c| (c, ok)).collect();
+        while let Some((child, parent_ok)) = pending.pop() {
+            match (request.nodes[child], parent_ok) {
+                (NodeState::Blocked(1), true) => {
+                    request.nodes[child] = NodeState::Blocked(0);
+                    ready.push(child);
+                }
+                (NodeState::Blocked(n), true) => request.nodes[child] = NodeState::Blocked(n - 1),
+                (NodeState::Blocked(_), false) => {
+                    // A failed parent: the child never runs, nor anything below it.
+                    request.nodes[child] = NodeState::Failed;
+                    request.unsettled -= 1;
+                    failed.push(child);
+                    pending.extend(request.children[child].iter().map(|&c| (c, false)));
+                }
+                _ => {}
+            }
+        }
+        for child in failed {
+            if let Some(call) = request.calls[child] {
+                self.calls[call].fate = Some(Fate::NotStarted);
+            }
+        }
+        ready.sort_unstable();
+        for child in ready {
+            self.start_node(live, child, now_us, out);
+        }
+        self.maybe_end(live, now_us);
+    }
+
+    /// End `live` if all its nodes are settled: write the request's end to end time and let the
+    /// pacing release what waits for it.
+    fn maybe_end(&mut self, live: usize, now_us: u64) {
+        if self.live.get(&live).is_none_or(|r| r.unsettled > 0) {
+            return;
+        }
+        let request = self.live.remove(&live).expect("checked above");
+        let all_done = request.nodes.iter().all(|&n| n == NodeState::Done);
+        if all_done
+            && let Some(last) = request.calls.iter().flatten().max_by_key(|&&c| self.calls[c].fate_time())
+        {
+            self.calls[*last].request_e2e_us = Some(now_us - request.arrival_us);
+        }
+        match self.pacing {
+            Pacing::Closed { think_time_s, .. } => {
+                let think = think_time_s.map_or(0, |d| draw_duration_us(&d, &mut self.think_times));
+                self.schedule(now_us + think, Timer::Release);
+            }
+            Pacing::StagesAfterCompletion { gap_us } => {
+                let stage_done = !self.live.values().any(|r| r.stage == request.stage);
+                let next_stage = self.upcoming.as_ref().is_some_and(|p| p.stage > request.stage);
+                if stage_done && next_stage && request.stage == self.stage && self.stage_waiting {
+                    self.schedule(now_us + gap_us, Timer::StageStarts);
+                }
+            }
+            Pacing::Open => {}
+        }
+    }
+
+    fn receive(&mut self, now_us: u64, message: ClusterMessage, out: &mut Outbox<ClusterMessage>) {
+        let Some(&index) = self.calls_by_key.get(&message.key()) else { return };
+        let call = &mut self.calls[index];
+        if call.fate.is_some() {
+            // Answered after its timeout: already settled.
+            return;
+        }
+        let ok = match message {
             ClusterMessage::Completion(m) => {
                 // Every token took the same way back; the last one arrives now.
-                let back = now.as_micros() - m.token_times_us.last().copied().unwrap_or(now.as_micros());
+                let back = now_us - m.token_times_us.last().copied().unwrap_or(now_us);
                 let mut previous = call.arrival_us;
                 call.token_latency_us = m
                     .token_times_us
@@ -187,40 +486,82 @@ impl Client {
                 call.fate = Some(Fate::Completed);
                 call.cached_tokens = m.cached_tokens;
                 call.preemptions = m.num_preemptions;
+                true
             }
             ClusterMessage::Rejection(m) => {
                 call.instance = Some(m.instance);
                 call.fate = Some(Fate::Dropped { reason: m.reason });
+                false
             }
-            ClusterMessage::Request(_) => return,
-        }
+            ClusterMessage::Request(_) | ClusterMessage::Abort(_) => return,
+        };
+        let (live, node) = (call.live, call.node_index);
         self.outstanding -= 1;
         if let Some(notes) = out.notes() {
-            // The innermost phase (returning, or queued for a refused call), then the request.
+            // The innermost phase (returning, or queued for a refused call), then the call.
+            let key = self.calls[index].key;
             notes.phase_end("request", key);
             notes.phase_end("request", key);
             notes.counter("client", "outstanding", self.outstanding as f64);
         }
+        self.settle(live, node, ok, now_us, out);
     }
 
-    /// The client's name.
-    pub fn name(&self) -> &str {
-        &self.name
+    fn fire(&mut self, now_us: u64, timer: Timer, out: &mut Outbox<ClusterMessage>) {
+        match timer {
+            Timer::NodeEnds { live, node } => self.settle(live, node, true, now_us, out),
+            Timer::Timeout { call } => {
+                if self.calls[call].fate.is_some() {
+                    return;
+                }
+                self.calls[call].fate = Some(Fate::TimedOut);
+                self.outstanding -= 1;
+                let key = self.calls[call].key;
+                if let Some(notes) = out.notes() {
+                    notes.phase_end("request", key);
+                    notes.phase_end("request", key);
+                    notes.counter("client", "outstanding", self.outstanding as f64);
+                }
+                out.send(
+                    self.router,
+                    self.delay_to_router,
+                    ClusterMessage::Abort(CallAbort { key, client: self.me }),
+                );
+                let (live, node) = (self.calls[call].live, self.calls[call].node_index);
+                self.settle(live, node, false, now_us, out);
+            }
+            Timer::Release => self.arrive(now_us, out),
+            Timer::StageStarts => {
+                self.stage += 1;
+                self.stage_start_us = now_us;
+                self.stage_waiting = false;
+            }
+        }
     }
 
-    /// Requests sent so far.
-    pub fn sent(&self) -> u64 {
-        self.calls.len() as u64
+    /// Under staged pacing, when the upcoming request belongs to a later stage, wait for the
+    /// current stage to empty (or start the next at once if it already has).
+    fn check_stage(&mut self, now_us: u64) {
+        let Pacing::StagesAfterCompletion { gap_us } = self.pacing else { return };
+        let Some(next_stage) = self.upcoming.as_ref().map(|p| p.stage) else { return };
+        if next_stage > self.stage && !self.stage_waiting {
+            self.stage_waiting = true;
+            if !self.live.values().any(|r| r.stage == self.stage) {
+                self.schedule(now_us + gap_us, Timer::StageStarts);
+            }
+        }
     }
 
-    /// One record per call sent; calls without an answer get their fate from `unanswered`
-    /// (given the call's key).
+    /// One record per call of every request that arrived; a call without an answer gets its
+    /// fate from `unanswered` (given its key), a call never sent is not started.
     pub fn records(&self, mut unanswered: impl FnMut(u64) -> Fate) -> Vec<CallRecord> {
         self.calls
             .iter()
-            .enumerate()
-            .map(|(sequence, call)| CallRecord {
-                request_id: format!("{}-{sequence}", self.name),
+            .map(|call| CallRecord {
+                request_id: call.name.clone(),
+                request: call.request.clone(),
+                node: call.node.clone(),
+                parents: call.parents.clone(),
                 client: self.name.clone(),
                 arrival_us: call.arrival_us,
                 input_tokens: call.input_tokens,
@@ -228,19 +569,38 @@ impl Client {
                 instance: call.instance.as_deref().unwrap_or("").to_owned(),
                 cached_tokens: call.cached_tokens,
                 preemptions: call.preemptions,
-                fate: call.fate.clone().unwrap_or_else(|| unanswered(self.key(sequence as u64))),
+                fate: call.fate.clone().unwrap_or_else(|| match call.sent_us {
+                    Some(_) => unanswered(call.key),
+                    None => Fate::NotStarted,
+                }),
                 token_latency_us: call.token_latency_us.clone(),
+                request_e2e_us: call.request_e2e_us,
             })
             .collect()
+    }
+
+    /// The next time the client acts on its own, µs.
+    fn next_own_event(&self) -> Option<u64> {
+        let timer = self.timers.keys().next().map(|&(at, _)| at);
+        match (timer, self.upcoming_arrival()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl Call {
+    /// When the call settled, for ordering a request's calls (its last token's gap sum).
+    fn fate_time(&self) -> u64 {
+        self.arrival_us + self.token_latency_us.iter().sum::<u64>()
     }
 }
 
 impl Actor<ClusterMessage> for Client {
     fn time_advance(&self) -> TimeAdvance {
-        if self.sent() < self.spec.requests {
-            TimeAdvance::After(self.next_gap)
-        } else {
-            TimeAdvance::Passive
+        match self.next_own_event() {
+            Some(at) => TimeAdvance::until(self.last_transition, SimTime::from_micros(at)),
+            None => TimeAdvance::Passive,
         }
     }
 
@@ -250,30 +610,36 @@ impl Actor<ClusterMessage> for Client {
         event: Event<'_, ClusterMessage>,
         out: &mut Outbox<ClusterMessage>,
     ) {
-        let now = ctx.now.time;
-        let (sends, bag) = match event {
-            Event::Internal => (true, None),
-            Event::External(bag) => {
-                self.next_gap = SimDuration::from_micros(
-                    self.next_gap.as_micros().saturating_sub(ctx.elapsed.as_micros()),
-                );
-                (false, Some(bag))
-            }
-            Event::Confluent(bag) => (true, Some(bag)),
-        };
-        if let Some(bag) = bag {
+        let now_us = ctx.now.time.as_micros();
+        if let Event::External(bag) | Event::Confluent(bag) = event {
             for envelope in bag {
-                self.receive(now, envelope.payload, out);
+                self.receive(now_us, envelope.payload, out);
             }
         }
-        if sends {
-            self.send_next(now, out);
-            self.next_gap = self.draw_gap();
+        // Timers and arrivals due now, in time order; a timer of zero duration fires in the
+        // same transition.
+        loop {
+            self.check_stage(now_us);
+            let timer = self.timers.first_key_value().map(|(&key, &timer)| (key, timer));
+            let arrival = self.upcoming_arrival();
+            match (timer, arrival) {
+                (Some(((at, _), _)), Some(arrival_at)) if arrival_at < at && arrival_at <= now_us => {
+                    self.arrive(now_us, out);
+                }
+                (Some((key, timer)), _) if key.0 <= now_us => {
+                    self.timers.remove(&key);
+                    self.fire(now_us, timer, out);
+                }
+                (_, Some(arrival_at)) if arrival_at <= now_us => self.arrive(now_us, out),
+                _ => break,
+            }
         }
+        self.last_transition = ctx.now.time;
     }
 
     fn describe(&self, description: &mut Description) {
-        description.arg("sent", self.sent());
+        description.arg("arrived", self.arrived);
         description.arg("outstanding", self.outstanding);
+        description.arg("live_requests", self.live.len() as u64);
     }
 }

@@ -51,6 +51,7 @@ pub struct EngineHost {
     clients: BTreeMap<u64, ActorId>,
     finished: Vec<FinishedRequest>,
     answered: Vec<u64>,
+    aborted: u64,
     priced: RankShares,
 }
 
@@ -71,6 +72,7 @@ impl EngineHost {
             clients: BTreeMap::new(),
             finished: Vec::new(),
             answered: Vec::new(),
+            aborted: 0,
             priced: RankShares::default(),
         }
     }
@@ -96,7 +98,23 @@ impl EngineHost {
     }
 
     fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
-        let ClusterMessage::Request(call) = message else { return };
+        let call = match message {
+            ClusterMessage::Request(call) => call,
+            ClusterMessage::Abort(abort) => {
+                // vLLM frees an aborted request's blocks at once; a request already finished
+                // (its answer on the way) is unknown to the scheduler and nothing happens.
+                if self.engine.abort(abort.key).is_some() {
+                    self.clients.remove(&abort.key);
+                    self.aborted += 1;
+                    if let Some(notes) = out.notes() {
+                        notes.phase_end("request", abort.key);
+                        notes.phase_begin("request", abort.key, "aborted");
+                    }
+                }
+                return;
+            }
+            ClusterMessage::Completion(_) | ClusterMessage::Rejection(_) => return,
+        };
         let key = call.request.key;
         match self.engine.add_request(&call.request) {
             Ok(()) => {
@@ -283,6 +301,7 @@ impl Actor<ClusterMessage> for EngineHost {
         description.arg("running", scheduler.num_running());
         description.arg("waiting", scheduler.num_waiting());
         description.arg("in_flight", self.engine.in_flight());
+        description.arg("aborted", self.aborted);
         description.arg("kv_blocks_total", u64::from(pool.num_blocks()));
         description.arg("kv_blocks_free", u64::from(pool.num_free()));
         description.arg("kv_blocks_held", scheduler.blocks_held());

@@ -14,9 +14,10 @@ mod message;
 mod metrics;
 mod router_host;
 mod run;
+pub mod workload;
 
 pub use assembly::{AssembledCluster, assemble};
-pub use client::Client;
+pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
 pub use engine_host::EngineHost;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
 pub use metrics::{metrics, summarise_us};

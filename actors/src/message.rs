@@ -2,7 +2,7 @@
 //!
 //! Messages are per request, never per token: a request travels client → router → engine, and
 //! its completion (with the exact time of every token) or its rejection travels back the same
-//! way.
+//! way. A client that gives up on a call sends an abort the same way as the request.
 
 use std::sync::Arc;
 
@@ -19,6 +19,8 @@ pub enum ClusterMessage {
     Completion(Box<CallCompletion>),
     /// A call an engine refused, back towards its client.
     Rejection(Box<CallRejection>),
+    /// A call its client gave up on (a timeout), towards the engine holding it.
+    Abort(CallAbort),
 }
 
 impl Message for ClusterMessage {
@@ -29,7 +31,8 @@ impl Message for ClusterMessage {
         match self {
             ClusterMessage::Completion(_) => MessageClass(0),
             ClusterMessage::Rejection(_) => MessageClass(1),
-            ClusterMessage::Request(_) => MessageClass(2),
+            ClusterMessage::Abort(_) => MessageClass(2),
+            ClusterMessage::Request(_) => MessageClass(3),
         }
     }
 
@@ -37,6 +40,7 @@ impl Message for ClusterMessage {
         match self {
             ClusterMessage::Completion(_) => "completion",
             ClusterMessage::Rejection(_) => "rejection",
+            ClusterMessage::Abort(_) => "abort",
             ClusterMessage::Request(_) => "request",
         }
     }
@@ -68,6 +72,15 @@ pub struct CallCompletion {
     pub cached_tokens: u32,
 }
 
+/// A call its client gave up on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallAbort {
+    /// The request's key.
+    pub key: u64,
+    /// The client that gave up.
+    pub client: ActorId,
+}
+
 /// A call an engine refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallRejection {
@@ -82,12 +95,23 @@ pub struct CallRejection {
 }
 
 impl ClusterMessage {
+    /// The key of the call a message concerns.
+    pub fn key(&self) -> u64 {
+        match self {
+            ClusterMessage::Request(m) => m.request.key,
+            ClusterMessage::Completion(m) => m.key,
+            ClusterMessage::Rejection(m) => m.key,
+            ClusterMessage::Abort(m) => m.key,
+        }
+    }
+
     /// The client a message concerns.
     pub fn client(&self) -> ActorId {
         match self {
             ClusterMessage::Request(m) => m.client,
             ClusterMessage::Completion(m) => m.client,
             ClusterMessage::Rejection(m) => m.client,
+            ClusterMessage::Abort(m) => m.client,
         }
     }
 }
@@ -123,18 +147,22 @@ mod tests {
             instance: Arc::from("e"),
             reason: "x".to_owned(),
         }));
+        let abort = ClusterMessage::Abort(CallAbort { key: 0, client: ActorId(0) });
         // The expected table, written out. The match is exhaustive: a new variant does not
-        // compile until it is given its place here.
+        // compile until it is given its place here. An abort comes before new work, so an
+        // engine frees what was given up before it admits more.
         let expected = |m: &ClusterMessage| match m {
             ClusterMessage::Completion(_) => 0,
             ClusterMessage::Rejection(_) => 1,
-            ClusterMessage::Request(_) => 2,
+            ClusterMessage::Abort(_) => 2,
+            ClusterMessage::Request(_) => 3,
         };
-        for message in [&completion, &rejection, &request] {
+        let all = [&completion, &rejection, &abort, &request];
+        for message in all {
             assert_eq!(message.class().0, expected(message));
         }
-        let mut classes: Vec<u16> = [&completion, &rejection, &request].iter().map(|m| m.class().0).collect();
+        let mut classes: Vec<u16> = all.iter().map(|m| m.class().0).collect();
         classes.dedup();
-        assert_eq!(classes.len(), 3, "two kinds share a class");
+        assert_eq!(classes.len(), 4, "two kinds share a class");
     }
 }

@@ -72,6 +72,9 @@ mod tests {
     fn metrics_follow_their_definitions() {
         let call = |arrival_us, latency: Vec<u64>| CallRecord {
             request_id: "c-0".into(),
+            request: "c-0".into(),
+            node: "llm".into(),
+            parents: Vec::new(),
             client: "c".into(),
             arrival_us,
             input_tokens: 10,
@@ -81,6 +84,7 @@ mod tests {
             preemptions: 0,
             fate: Fate::Completed,
             token_latency_us: latency,
+            request_e2e_us: None,
         };
         let calls = vec![
             call(0, vec![100, 10, 30]),

@@ -1,7 +1,10 @@
 //! The router host: adapts the router's picker to messages.
 //!
 //! Requests from clients go to the picked engine; completions and rejections pass back through
-//! to their client. The router learns nothing of the engines except what passes through it.
+//! to their client; an abort goes to the engine the call was sent to. The router learns nothing
+//! of the engines except what passes through it.
+
+use std::collections::BTreeMap;
 
 use blis_kernel::{Actor, ActorId, Context, Event, Outbox, SimDuration, TimeAdvance};
 use blis_router::RoundRobin;
@@ -16,6 +19,8 @@ pub struct RouterHost {
     delay_to_engine: SimDuration,
     delay_to_client: SimDuration,
     routed: u64,
+    /// Where each unanswered call went, for its abort.
+    destinations: BTreeMap<u64, ActorId>,
 }
 
 impl RouterHost {
@@ -34,6 +39,7 @@ impl RouterHost {
             delay_to_engine,
             delay_to_client,
             routed: 0,
+            destinations: BTreeMap::new(),
         }
     }
 }
@@ -63,9 +69,19 @@ impl Actor<ClusterMessage> for RouterHost {
                             .arg("policy", "round-robin")
                             .arg("endpoints", self.engines.len());
                     }
+                    self.destinations.insert(call.request.key, self.engines[picked]);
                     out.send(self.engines[picked], self.delay_to_engine, ClusterMessage::Request(call));
                 }
-                answer => out.send(answer.client(), self.delay_to_client, answer),
+                ClusterMessage::Abort(abort) => {
+                    // An abort for a call already answered has nowhere to go.
+                    if let Some(engine) = self.destinations.remove(&abort.key) {
+                        out.send(engine, self.delay_to_engine, ClusterMessage::Abort(abort));
+                    }
+                }
+                answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
+                    self.destinations.remove(&answer.key());
+                    out.send(answer.client(), self.delay_to_client, answer);
+                }
             }
         }
     }

@@ -13,7 +13,7 @@ use blis_kernel::{ActorId, Envelope, HostKind, KernelError, Observer, RunEnd, Si
 use sha2::{Digest, Sha256};
 
 use crate::assembly::assemble;
-use crate::client::{Client, KEY_SEQUENCE_BITS};
+use crate::client::{Client, call_key};
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
 use crate::metrics::metrics;
@@ -83,13 +83,14 @@ pub fn timeline_group(actor: &str) -> String {
     if actor.starts_with("client/") { "clients".to_owned() } else { actor.to_owned() }
 }
 
-/// The key of the request named `request_id` (`<client>-<k>`) in `scenario`, if there is one.
+/// The key of the request named `request_id` (`<client>-<k>`) in `scenario`, if there is one;
+/// every call of the request has this key under [`REQUEST_KEY_MASK`].
 pub fn request_key(scenario: &Scenario, request_id: &str) -> Option<u64> {
     let (client, sequence) = request_id.rsplit_once('-')?;
     let sequence: u64 = sequence.parse().ok()?;
     let index = scenario.workload.clients.iter().position(|c| c.name == client)?;
     let spec = &scenario.workload.clients[index];
-    (sequence < spec.requests).then_some(((index as u64) << KEY_SEQUENCE_BITS) | sequence)
+    (sequence < spec.requests).then_some(call_key(index as u32, sequence, 0))
 }
 
 /// The priced time split by rank, with shares.
@@ -251,13 +252,7 @@ pub fn run_observed(
         }));
     }
     for call in &calls {
-        fates.arrivals += 1;
-        match call.fate {
-            Fate::Completed => fates.completed += 1,
-            Fate::Dropped { .. } => fates.dropped += 1,
-            Fate::InFlightAtHorizon => fates.in_flight_at_horizon += 1,
-            Fate::QueuedAtHorizon => fates.queued_at_horizon += 1,
-        }
+        fates.count(&call.fate);
     }
     debug_assert!(fates.conserved());
     let result = RunResult {

@@ -44,8 +44,10 @@ workload:
 
 #[test]
 fn a_horizon_cut_leaves_every_arrival_with_one_fate() {
-    // Overloaded, cut at 20 s; client b's requests (3000 + 2000 > 4096) are all dropped.
-    let text = scenario("horizon_s: 20", 40, 1_000, "");
+    // Overloaded (a 24,000-token cache for ~1,000 tokens a request at 40 per second), cut at
+    // 20 s, so requests wait at the horizon; client b's requests (3000 + 2000 > 4096) are all
+    // dropped.
+    let text = scenario("horizon_s: 20", 40, 1_000, "          num_gpu_blocks_override: 1500");
     let output = run(&text, RunOptions::default(), &mut |_| {}).unwrap();
     let f = output.result.fates;
     assert!(f.conserved(), "{f:?}");

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
 
-use blis_actors::{request_key, timeline_group};
+use blis_actors::{REQUEST_KEY_MASK, request_key, timeline_group};
 use blis_contracts::{Scenario, yaml};
 use blis_kernel::timeline::{TimelineFilter, TimelineWriter};
 use blis_kernel::{SimDuration, SimTime};
@@ -37,6 +37,7 @@ pub fn parse_filter(spec: &str, scenario_text: &str) -> Result<TimelineFilter, S
                     })?;
                     filter.ids.push(key);
                 }
+                filter.id_mask = Some(REQUEST_KEY_MASK);
             }
             other => {
                 return Err(format!(

@@ -19,16 +19,28 @@ pub enum Fate {
     /// Waiting for its first step (or travelling to the engine) when the run stopped at its
     /// horizon.
     QueuedAtHorizon,
+    /// Not answered within its timeout; the client aborted it (the engine freed its blocks).
+    TimedOut,
+    /// Never sent: a node it depends on failed, or was unfinished when the run stopped.
+    NotStarted,
 }
 
 /// One LLM call as the client saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRecord {
-    /// Request id, `<client>-<index>`.
+    /// The call's name: its request's id for a request of one LLM call, else `<request>/<node>`.
     pub request_id: String,
+    /// The request it belongs to.
+    pub request: String,
+    /// Its node in the request.
+    pub node: String,
+    /// The nodes it waited for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<String>,
     /// The client that sent it.
     pub client: String,
-    /// When the client sent it, µs of simulated time.
+    /// When the client sent it (or, if never sent, when its request arrived), µs of simulated
+    /// time.
     pub arrival_us: u64,
     /// Prompt tokens.
     pub input_tokens: u32,
@@ -46,6 +58,10 @@ pub struct CallRecord {
     /// Per output token, µs: element 0 is the time to first token (arrival → first token at
     /// the client), element k the gap between tokens k−1 and k. Empty unless completed.
     pub token_latency_us: Vec<u64>,
+    /// For the request's last call to finish: the request's end to end time (its arrival to
+    /// its last node's end), µs; absent on other calls and on requests that did not complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_e2e_us: Option<u64>,
 }
 
 impl CallRecord {

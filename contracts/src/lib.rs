@@ -13,6 +13,7 @@ mod engine;
 mod error;
 mod model;
 mod rank;
+mod request_spec;
 mod result;
 mod scenario;
 mod workload;
@@ -26,6 +27,7 @@ pub use engine::{
 pub use error::{FieldError, join_path};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
+pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
     DataRecord, FateCounts, InstanceRecord, LatencySummary, Metrics, PricingRecord, RESULT_SCHEMA, RunResult,
     ScenarioRecord, SimulationRecord,
@@ -33,4 +35,7 @@ pub use result::{
 pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,
 };
-pub use workload::{Arrival, ClientSpec, LengthDist, SharedPrefix, Workload};
+pub use workload::{
+    Arrival, ClientSpec, Duration, LengthDist, Rate, Session, SharedPrefix, SloClass, Stage, StageGaps,
+    Workload,
+};

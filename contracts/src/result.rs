@@ -83,22 +83,47 @@ pub struct PricingRecord {
 /// Requests by fate. `arrivals` always equals the sum of the others.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FateCounts {
-    /// Requests the clients generated.
+    /// LLM calls of the requests that arrived (every node of an arrived request counts, sent
+    /// or not).
     pub arrivals: u64,
     /// Completed.
     pub completed: u64,
     /// Dropped without service.
     pub dropped: u64,
+    /// Aborted by their client's timeout.
+    pub timed_out: u64,
     /// In flight at the horizon.
     pub in_flight_at_horizon: u64,
     /// Queued at the horizon.
     pub queued_at_horizon: u64,
+    /// Never sent (a node they depend on failed or was unfinished at the end).
+    pub not_started: u64,
 }
 
 impl FateCounts {
     /// Whether every arrival has exactly one fate.
     pub fn conserved(&self) -> bool {
-        self.arrivals == self.completed + self.dropped + self.in_flight_at_horizon + self.queued_at_horizon
+        self.arrivals
+            == self.completed
+                + self.dropped
+                + self.timed_out
+                + self.in_flight_at_horizon
+                + self.queued_at_horizon
+                + self.not_started
+    }
+
+    /// Count one call's fate (and its arrival).
+    pub fn count(&mut self, fate: &crate::Fate) {
+        use crate::Fate;
+        self.arrivals += 1;
+        match fate {
+            Fate::Completed => self.completed += 1,
+            Fate::Dropped { .. } => self.dropped += 1,
+            Fate::TimedOut => self.timed_out += 1,
+            Fate::InFlightAtHorizon => self.in_flight_at_horizon += 1,
+            Fate::QueuedAtHorizon => self.queued_at_horizon += 1,
+            Fate::NotStarted => self.not_started += 1,
+        }
     }
 }
 

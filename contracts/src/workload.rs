@@ -1,4 +1,10 @@
 //! The workload section of a scenario: who sends what, when.
+//!
+//! A workload is a list of clients. A synthetic client describes its traffic with distributions:
+//! an arrival process (open loop) or a fixed concurrency (closed loop), prompt and output lengths,
+//! optional shared system prompts, multi-turn sessions, an SLO class and a timeout. Every client,
+//! whatever its source, is compiled into a stream of [`crate::RequestSpec`]s — the same form a
+//! workload file holds — which the client actor plays.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,35 +15,51 @@ use crate::scenario::check_name;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
+    /// Total request rate shared by clients that give a `rate_fraction`, requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
     /// The clients; each generates its own requests.
     pub clients: Vec<ClientSpec>,
 }
 
-/// One open-loop client.
+/// One client: a synthetic traffic description.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientSpec {
     /// The client's name; its requests are named `<client>-<index>`.
     pub name: String,
-    /// How many requests it sends.
+    /// How many requests (or sessions, when `session` is set) it sends.
     pub requests: u64,
-    /// When it sends them.
+    /// When it sends them: an open-loop arrival process, or a closed loop.
     pub arrival: Arrival,
-    /// Prompt length of each request, in tokens.
+    /// Prompt length of each request (after the shared prefix), in tokens.
     pub input_tokens: LengthDist,
     /// Tokens each request generates (the engine stops at exactly this many).
     pub output_tokens: LengthDist,
     /// A system prompt shared by groups of requests, placed before the `input_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_prefix: Option<SharedPrefix>,
-    /// The engine scheduling priority of its requests (lower runs first under the `priority`
-    /// policy; ignored under `fcfs`).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub priority: i64,
+    /// Multi-turn sessions: each request is a conversation whose later turns carry the earlier
+    /// prompts and outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Session>,
+    /// The SLO class of its requests, which sets their engine priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_class: Option<SloClass>,
+    /// An explicit engine scheduling priority (lower runs first under the `priority` policy);
+    /// not together with `slo_class`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// Abort a call not answered this many seconds after it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
 }
 
-fn is_zero(value: &i64) -> bool {
-    *value == 0
+impl ClientSpec {
+    /// The engine priority of its requests.
+    pub fn engine_priority(&self) -> i64 {
+        self.priority.or(self.slo_class.map(SloClass::priority)).unwrap_or(0)
+    }
 }
 
 /// System prompts shared by groups of requests, written `{groups: 4, tokens: 512}`: each
@@ -52,20 +74,151 @@ pub struct SharedPrefix {
     pub tokens: u32,
 }
 
-/// Arrival processes, written `{process: poisson, rate_per_s: 20}`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// Multi-turn sessions, written `{turns: {dist: uniform, min: 2, max: 6}, think_time_s: {dist:
+/// exponential, mean: 5}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Session {
+    /// Turns per session (each turn one LLM call; turn k's prompt is turn k−1's prompt and
+    /// output followed by `input_tokens` new tokens).
+    pub turns: LengthDist,
+    /// The user's pause between an answer and the next turn, seconds.
+    pub think_time_s: Duration,
+}
+
+/// Service-level classes, mapped to engine priority as llm-d's inference objectives do (lower
+/// values are scheduled first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SloClass {
+    /// Priority −2.
+    Critical,
+    /// Priority −1.
+    Standard,
+    /// Priority 0.
+    Sheddable,
+    /// Priority 1.
+    Batch,
+    /// Priority 2.
+    Background,
+}
+
+impl SloClass {
+    /// The engine priority of the class.
+    pub fn priority(self) -> i64 {
+        match self {
+            SloClass::Critical => -2,
+            SloClass::Standard => -1,
+            SloClass::Sheddable => 0,
+            SloClass::Batch => 1,
+            SloClass::Background => 2,
+        }
+    }
+}
+
+/// A rate: absolute, or a fraction of the workload's `rate_per_s`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rate {
+    /// Requests per second.
+    pub rate_per_s: Option<f64>,
+    /// A share of `workload.rate_per_s`.
+    pub rate_fraction: Option<f64>,
+}
+
+/// Arrival processes, written `{process: poisson, rate_per_s: 20}`,
+/// `{process: gamma, rate_per_s: 20, cv: 2}`, `{process: staged, stages: [...]}` or
+/// `{process: closed, concurrency: 8}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, tag = "process", rename_all = "kebab-case")]
 pub enum Arrival {
     /// Exponential gaps at a mean rate; the first request arrives after the first gap.
     Poisson {
-        /// Mean requests per second.
-        rate_per_s: f64,
+        /// Requests per second.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_per_s: Option<f64>,
+        /// A share of `workload.rate_per_s`, instead of `rate_per_s`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_fraction: Option<f64>,
+    },
+    /// Gamma-distributed gaps with a coefficient of variation (burstier than Poisson above 1).
+    Gamma {
+        /// Requests per second.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_per_s: Option<f64>,
+        /// A share of `workload.rate_per_s`, instead of `rate_per_s`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_fraction: Option<f64>,
+        /// Standard deviation over mean of the gaps, > 0.
+        cv: f64,
+    },
+    /// Weibull-distributed gaps with a coefficient of variation.
+    Weibull {
+        /// Requests per second.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_per_s: Option<f64>,
+        /// A share of `workload.rate_per_s`, instead of `rate_per_s`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_fraction: Option<f64>,
+        /// Standard deviation over mean of the gaps, in [0.05, 20].
+        cv: f64,
+    },
+    /// Evenly spaced, the first after one gap.
+    Constant {
+        /// Requests per second.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_per_s: Option<f64>,
+        /// A share of `workload.rate_per_s`, instead of `rate_per_s`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_fraction: Option<f64>,
+    },
+    /// Piecewise-constant rates: each stage runs its own process for its duration; `requests`
+    /// caps the total.
+    Staged {
+        /// The stages, in order.
+        stages: Vec<Stage>,
+    },
+    /// A closed loop: this many requests outstanding at all times; each answer (after an
+    /// optional think time) releases the next request.
+    Closed {
+        /// Requests outstanding.
+        concurrency: u32,
+        /// Pause after an answer before the next request, seconds (default none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        think_time_s: Option<Duration>,
     },
 }
 
-/// Distributions of a token count, written `{dist: constant, value: 256}` or
-/// `{dist: uniform, min: 128, max: 2048}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One stage of a staged arrival process.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stage {
+    /// Requests per second during the stage.
+    pub rate_per_s: f64,
+    /// How long the stage lasts, seconds.
+    pub duration_s: f64,
+    /// The gaps within the stage: `poisson` (default) or `constant`.
+    #[serde(default)]
+    pub gaps: StageGaps,
+}
+
+/// How arrivals are spaced within a stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StageGaps {
+    /// Exponential gaps.
+    #[default]
+    Poisson,
+    /// Even gaps.
+    Constant,
+}
+
+/// Distributions of a token count, written `{dist: constant, value: 256}`,
+/// `{dist: uniform, min: 128, max: 2048}`, `{dist: normal, mean: 500, std: 100, min: 1, max: 4000}`,
+/// `{dist: lognormal, mean: 500, std: 400, min: 1, max: 8000}`,
+/// `{dist: exponential, mean: 300, min: 1, max: 4000}` or
+/// `{dist: empirical, values: [128, 512, 2048], weights: [0.5, 0.3, 0.2]}`. Continuous draws are
+/// rounded to the nearest integer and clamped to `[min, max]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, tag = "dist", rename_all = "kebab-case")]
 pub enum LengthDist {
     /// Always this many.
@@ -80,39 +233,295 @@ pub enum LengthDist {
         /// Largest value.
         max: u32,
     },
+    /// Normal, clamped.
+    Normal {
+        /// Mean before clamping.
+        mean: f64,
+        /// Standard deviation before clamping.
+        std: f64,
+        /// Smallest value.
+        min: u32,
+        /// Largest value.
+        max: u32,
+    },
+    /// Log-normal with the given mean and standard deviation of the length itself, clamped.
+    Lognormal {
+        /// Mean before clamping.
+        mean: f64,
+        /// Standard deviation before clamping.
+        std: f64,
+        /// Smallest value.
+        min: u32,
+        /// Largest value.
+        max: u32,
+    },
+    /// Exponential with the given mean, clamped.
+    Exponential {
+        /// Mean before clamping.
+        mean: f64,
+        /// Smallest value.
+        min: u32,
+        /// Largest value.
+        max: u32,
+    },
+    /// A table of values drawn with the given weights.
+    Empirical {
+        /// The values.
+        values: Vec<u32>,
+        /// Their weights (any positive scale), one per value.
+        weights: Vec<f64>,
+    },
+}
+
+/// Distributions of a duration in seconds, written `{dist: constant, value: 2}`,
+/// `{dist: uniform, min: 1, max: 5}` or `{dist: exponential, mean: 3}`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "dist", rename_all = "kebab-case")]
+pub enum Duration {
+    /// Always this long.
+    Constant {
+        /// Seconds.
+        value: f64,
+    },
+    /// Uniform between the bounds.
+    Uniform {
+        /// Shortest, seconds.
+        min: f64,
+        /// Longest, seconds.
+        max: f64,
+    },
+    /// Exponential.
+    Exponential {
+        /// Mean, seconds.
+        mean: f64,
+    },
 }
 
 impl LengthDist {
     /// The largest value it can take.
-    pub fn max(self) -> u32 {
+    pub fn max(&self) -> u32 {
         match self {
-            LengthDist::Constant { value } => value,
-            LengthDist::Uniform { max, .. } => max,
+            LengthDist::Constant { value } => *value,
+            LengthDist::Uniform { max, .. }
+            | LengthDist::Normal { max, .. }
+            | LengthDist::Lognormal { max, .. }
+            | LengthDist::Exponential { max, .. } => *max,
+            LengthDist::Empirical { values, .. } => values.iter().copied().max().unwrap_or(0),
         }
     }
 
-    fn validate(self, path: &str) -> Result<(), FieldError> {
+    fn validate(&self, path: &str) -> Result<(), FieldError> {
+        let at = |field: &str| format!("{path}.{field}");
+        let bounds = |min: u32, max: u32| {
+            if min == 0 {
+                Err(FieldError::new(at("min"), 0, "must be at least 1 token"))
+            } else if min > max {
+                Err(FieldError::new(at("max"), max, format!("must not be below min ({min})")))
+            } else {
+                Ok(())
+            }
+        };
+        let positive = |field: &str, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(())
+            } else {
+                Err(FieldError::new(at(field), value, "must be a positive number"))
+            }
+        };
         match self {
             LengthDist::Constant { value: 0 } => {
-                Err(FieldError::new(format!("{path}.value"), 0, "must be at least 1 token"))
+                Err(FieldError::new(at("value"), 0, "must be at least 1 token"))
             }
-            LengthDist::Uniform { min: 0, .. } => {
-                Err(FieldError::new(format!("{path}.min"), 0, "must be at least 1 token"))
+            LengthDist::Constant { .. } => Ok(()),
+            LengthDist::Uniform { min, max } => bounds(*min, *max),
+            LengthDist::Normal { mean, std, min, max } | LengthDist::Lognormal { mean, std, min, max } => {
+                positive("mean", *mean)?;
+                positive("std", *std)?;
+                bounds(*min, *max)
             }
-            LengthDist::Uniform { min, max } if min > max => {
-                Err(FieldError::new(format!("{path}.max"), max, format!("must not be below min ({min})")))
+            LengthDist::Exponential { mean, min, max } => {
+                positive("mean", *mean)?;
+                bounds(*min, *max)
             }
-            _ => Ok(()),
+            LengthDist::Empirical { values, weights } => {
+                if values.is_empty() {
+                    return Err(FieldError::new(at("values"), "[]", "needs at least one value"));
+                }
+                if weights.len() != values.len() {
+                    return Err(FieldError::new(
+                        at("weights"),
+                        weights.len(),
+                        format!("needs one weight per value ({} values)", values.len()),
+                    ));
+                }
+                if let Some(i) = values.iter().position(|&v| v == 0) {
+                    return Err(FieldError::new(
+                        format!("{path}.values[{i}]"),
+                        0,
+                        "must be at least 1 token",
+                    ));
+                }
+                if let Some(i) = weights.iter().position(|w| !(w.is_finite() && *w >= 0.0)) {
+                    return Err(FieldError::new(
+                        format!("{path}.weights[{i}]"),
+                        weights[i],
+                        "must be a finite number ≥ 0",
+                    ));
+                }
+                if weights.iter().sum::<f64>() <= 0.0 {
+                    return Err(FieldError::new(
+                        at("weights"),
+                        "all zero",
+                        "at least one weight must be positive",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Duration {
+    fn validate(&self, path: &str) -> Result<(), FieldError> {
+        let non_negative = |field: &str, value: f64| {
+            if value.is_finite() && value >= 0.0 {
+                Ok(())
+            } else {
+                Err(FieldError::new(format!("{path}.{field}"), value, "must be a number of seconds ≥ 0"))
+            }
+        };
+        match *self {
+            Duration::Constant { value } => non_negative("value", value),
+            Duration::Uniform { min, max } => {
+                non_negative("min", min)?;
+                non_negative("max", max)?;
+                if min > max {
+                    return Err(FieldError::new(
+                        format!("{path}.max"),
+                        max,
+                        format!("must not be below min ({min})"),
+                    ));
+                }
+                Ok(())
+            }
+            Duration::Exponential { mean } => non_negative("mean", mean),
+        }
+    }
+}
+
+impl Rate {
+    /// The rate in requests per second, given the workload's total rate.
+    pub fn resolve(&self, total: Option<f64>) -> Option<f64> {
+        match (self.rate_per_s, self.rate_fraction) {
+            (Some(rate), None) => Some(rate),
+            (None, Some(fraction)) => total.map(|t| t * fraction),
+            _ => None,
+        }
+    }
+
+    fn validate(&self, path: &str, total: Option<f64>) -> Result<(), FieldError> {
+        match (self.rate_per_s, self.rate_fraction) {
+            (Some(rate), None) if rate.is_finite() && rate > 0.0 => Ok(()),
+            (Some(rate), None) => Err(FieldError::new(
+                format!("{path}.rate_per_s"),
+                rate,
+                "must be a positive number of requests per second",
+            )),
+            (None, Some(fraction)) if !(fraction.is_finite() && fraction > 0.0 && fraction <= 1.0) => {
+                Err(FieldError::new(format!("{path}.rate_fraction"), fraction, "must be in (0, 1]"))
+            }
+            (None, Some(fraction)) if total.is_none() => Err(FieldError::new(
+                format!("{path}.rate_fraction"),
+                fraction,
+                "a rate fraction needs workload.rate_per_s",
+            )),
+            (None, Some(_)) => Ok(()),
+            (Some(_), Some(_)) => Err(FieldError::at(
+                format!("{path}.rate_fraction"),
+                "give rate_per_s or rate_fraction, not both",
+            )),
+            (None, None) => {
+                Err(FieldError::at(format!("{path}.rate_per_s"), "missing: give rate_per_s or rate_fraction"))
+            }
+        }
+    }
+}
+
+impl Arrival {
+    /// The process's rate as written (none for staged and closed processes).
+    pub fn rate(&self) -> Option<Rate> {
+        match *self {
+            Arrival::Poisson { rate_per_s, rate_fraction }
+            | Arrival::Gamma { rate_per_s, rate_fraction, .. }
+            | Arrival::Weibull { rate_per_s, rate_fraction, .. }
+            | Arrival::Constant { rate_per_s, rate_fraction } => Some(Rate { rate_per_s, rate_fraction }),
+            Arrival::Staged { .. } | Arrival::Closed { .. } => None,
+        }
+    }
+
+    fn validate(&self, path: &str, total: Option<f64>) -> Result<(), FieldError> {
+        let cv_in = |cv: f64, low: f64, high: f64| {
+            if cv.is_finite() && cv >= low && cv <= high {
+                Ok(())
+            } else {
+                Err(FieldError::new(format!("{path}.cv"), cv, format!("must be in [{low}, {high}]")))
+            }
+        };
+        if let Some(rate) = self.rate() {
+            rate.validate(path, total)?;
+        }
+        match self {
+            Arrival::Poisson { .. } | Arrival::Constant { .. } => Ok(()),
+            Arrival::Gamma { cv, .. } => cv_in(*cv, 0.01, 100.0),
+            Arrival::Weibull { cv, .. } => cv_in(*cv, 0.05, 20.0),
+            Arrival::Staged { stages } => {
+                if stages.is_empty() {
+                    return Err(FieldError::new(format!("{path}.stages"), "[]", "needs at least one stage"));
+                }
+                for (i, stage) in stages.iter().enumerate() {
+                    let at = format!("{path}.stages[{i}]");
+                    if !(stage.rate_per_s.is_finite() && stage.rate_per_s >= 0.0) {
+                        return Err(FieldError::new(
+                            format!("{at}.rate_per_s"),
+                            stage.rate_per_s,
+                            "must be a number of requests per second ≥ 0",
+                        ));
+                    }
+                    if !(stage.duration_s.is_finite() && stage.duration_s > 0.0) {
+                        return Err(FieldError::new(
+                            format!("{at}.duration_s"),
+                            stage.duration_s,
+                            "must be a positive number of seconds",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Arrival::Closed { concurrency, think_time_s } => {
+                if *concurrency == 0 {
+                    return Err(FieldError::new(format!("{path}.concurrency"), 0, "must be at least 1"));
+                }
+                think_time_s.map_or(Ok(()), |d| d.validate(&format!("{path}.think_time_s")))
+            }
         }
     }
 }
 
 impl Workload {
-    /// Refuse empty or duplicate client names, zero request counts, non-positive rates and
-    /// impossible lengths.
+    /// Refuse empty or duplicate client names, zero request counts, bad rates, impossible
+    /// lengths and durations, and contradictory settings.
     pub fn validate(&self) -> Result<(), FieldError> {
         if self.clients.is_empty() {
             return Err(FieldError::new("workload.clients", "[]", "at least one client is needed"));
+        }
+        if let Some(rate) = self.rate_per_s
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            return Err(FieldError::new(
+                "workload.rate_per_s",
+                rate,
+                "must be a positive number of requests per second",
+            ));
         }
         for (i, client) in self.clients.iter().enumerate() {
             let path = format!("workload.clients[{i}]");
@@ -127,16 +536,7 @@ impl Workload {
             if client.requests == 0 {
                 return Err(FieldError::new(format!("{path}.requests"), 0, "must be at least 1"));
             }
-            match client.arrival {
-                Arrival::Poisson { rate_per_s } if !(rate_per_s.is_finite() && rate_per_s > 0.0) => {
-                    return Err(FieldError::new(
-                        format!("{path}.arrival.rate_per_s"),
-                        rate_per_s,
-                        "must be a positive number of requests per second",
-                    ));
-                }
-                Arrival::Poisson { .. } => {}
-            }
+            client.arrival.validate(&format!("{path}.arrival"), self.rate_per_s)?;
             client.input_tokens.validate(&format!("{path}.input_tokens"))?;
             client.output_tokens.validate(&format!("{path}.output_tokens"))?;
             if let Some(prefix) = client.shared_prefix {
@@ -154,6 +554,25 @@ impl Workload {
                         "must be at least 1 token",
                     ));
                 }
+            }
+            if let Some(session) = &client.session {
+                session.turns.validate(&format!("{path}.session.turns"))?;
+                session.think_time_s.validate(&format!("{path}.session.think_time_s"))?;
+            }
+            if client.priority.is_some() && client.slo_class.is_some() {
+                return Err(FieldError::at(
+                    format!("{path}.priority"),
+                    "give priority or slo_class, not both (the class sets the priority)",
+                ));
+            }
+            if let Some(timeout) = client.timeout_s
+                && !(timeout.is_finite() && timeout > 0.0)
+            {
+                return Err(FieldError::new(
+                    format!("{path}.timeout_s"),
+                    timeout,
+                    "must be a positive number of seconds",
+                ));
             }
         }
         Ok(())

@@ -104,6 +104,47 @@ impl Substream {
     pub fn exponential(&mut self, mean: f64) -> f64 {
         -libm::log(self.unit_open_at_zero()) * mean
     }
+
+    /// Standard normal (Marsaglia's polar method; the second value of each pair is dropped, so
+    /// a draw's count of uniforms depends only on the stream).
+    pub fn standard_normal(&mut self) -> f64 {
+        loop {
+            let u = 2.0 * self.unit() - 1.0;
+            let v = 2.0 * self.unit() - 1.0;
+            let s = u * u + v * v;
+            if s > 0.0 && s < 1.0 {
+                return u * libm::sqrt(-2.0 * libm::log(s) / s);
+            }
+        }
+    }
+
+    /// Gamma with the given shape and scale (Marsaglia and Tsang's method; shapes below 1 by
+    /// the boost `Gamma(k) = Gamma(k + 1) · U^(1/k)`).
+    pub fn gamma(&mut self, shape: f64, scale: f64) -> f64 {
+        if shape < 1.0 {
+            let boost = libm::pow(self.unit_open_at_zero(), 1.0 / shape);
+            return self.gamma(shape + 1.0, scale) * boost;
+        }
+        let d = shape - 1.0 / 3.0;
+        let c = 1.0 / libm::sqrt(9.0 * d);
+        loop {
+            let x = self.standard_normal();
+            let v = 1.0 + c * x;
+            if v <= 0.0 {
+                continue;
+            }
+            let v = v * v * v;
+            let u = self.unit_open_at_zero();
+            if libm::log(u) < 0.5 * x * x + d - d * v + d * libm::log(v) {
+                return d * v * scale;
+            }
+        }
+    }
+
+    /// Weibull with the given shape and scale (inverse transform).
+    pub fn weibull(&mut self, shape: f64, scale: f64) -> f64 {
+        scale * libm::pow(-libm::log(self.unit_open_at_zero()), 1.0 / shape)
+    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,12 @@ pub struct TimelineFilter {
     pub to: Option<SimTime>,
     /// Keep only actors whose name starts with one of these (all when empty).
     pub components: Vec<String>,
-    /// Keep only phased items (e.g. requests) with these ids (all when empty).
+    /// Keep only phased items (e.g. requests) with these ids (all when empty), compared under
+    /// `id_mask`.
     pub ids: Vec<u64>,
+    /// The bits of an id that `ids` compare (all when `None`), so one id can select a family
+    /// (a request's calls, say).
+    pub id_mask: Option<u64>,
 }
 
 impl TimelineFilter {
@@ -211,8 +215,10 @@ impl<W: Write> TimelineWriter<W> {
             Mark::PhaseBegin { category, id, name, args } => {
                 let item = self.open.entry((category, *id)).or_insert_with(|| OpenItem {
                     // An item is written whole or not at all: decided at its first phase.
-                    written: (self.filter.ids.is_empty() || self.filter.ids.contains(id))
-                        && self.filter.in_window(now),
+                    written: (self.filter.ids.is_empty() || {
+                        let mask = self.filter.id_mask.unwrap_or(u64::MAX);
+                        self.filter.ids.iter().any(|wanted| wanted & mask == id & mask)
+                    }) && self.filter.in_window(now),
                     phases: Vec::new(),
                 });
                 item.phases.push(name.clone());

@@ -1,0 +1,54 @@
+//! Workload sources: everything a client can play, compiled to one form — a stream of
+//! [`RequestSpec`]s (request DAGs with arrival times) and the pacing that releases them.
+//!
+//! Sources generate lazily, one request at a time, so a million-request workload streams in
+//! bounded memory. Every random draw comes from a substream named by the client and the
+//! purpose, so the same scenario and seed give the same requests whatever else changes.
+
+pub mod sampling;
+mod synthetic;
+
+use blis_contracts::{Duration, RequestSpec};
+
+pub use synthetic::Synthetic;
+
+/// How a client releases the requests of its source.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pacing {
+    /// Each request at its `arrival_us`, whatever happens to the others (open loop).
+    Open,
+    /// A fixed number of requests outstanding: each answer, after an optional think time,
+    /// releases the next request (`arrival_us` is ignored).
+    Closed {
+        /// Requests outstanding.
+        concurrency: u32,
+        /// Pause after an answer before the next request.
+        think_time_s: Option<Duration>,
+    },
+    /// Stages one after another: a stage's requests arrive at their `arrival_us` after the
+    /// stage starts, and the next stage starts `gap_us` after every request of the stage has
+    /// ended (inference-perf's stages).
+    StagesAfterCompletion {
+        /// Pause between the end of a stage and the start of the next, µs.
+        gap_us: u64,
+    },
+}
+
+/// One request of a source, with the stage it belongs to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Planned {
+    /// The request.
+    pub spec: RequestSpec,
+    /// Its stage (always 0 unless the pacing is [`Pacing::StagesAfterCompletion`]; stages come
+    /// in order).
+    pub stage: u32,
+}
+
+/// A stream of requests for one client.
+pub trait RequestSource: Send {
+    /// How the client releases them.
+    fn pacing(&self) -> Pacing;
+
+    /// The next request, or `None` when the source is exhausted.
+    fn next_request(&mut self) -> Option<Planned>;
+}
