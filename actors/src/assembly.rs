@@ -5,6 +5,8 @@
 //! are declared under stable names — `router`, `engine/<pool>-<i>`, `client/<name>` — and
 //! installed. Every refusal names the scenario field.
 
+use std::path::PathBuf;
+
 use blis_contracts::{EngineIdentity, EngineKind, FieldError, Scenario};
 use blis_costmodel::{CostData, Pricer};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
@@ -15,7 +17,7 @@ use crate::client::{Client, ClientWiring};
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
 use crate::router_host::RouterHost;
-use crate::workload::Synthetic;
+use crate::workload;
 
 /// An assembled cluster, ready to run.
 pub struct AssembledCluster {
@@ -29,6 +31,8 @@ pub struct AssembledCluster {
     pub resolved: serde_json::Value,
     /// Upstream engines modelled.
     pub identities: Vec<EngineIdentity>,
+    /// Requests the clients will send, when every source knows it in advance.
+    pub expected_requests: Option<u64>,
 }
 
 /// A planned pool, before it becomes actors.
@@ -40,12 +44,23 @@ struct PlannedPool {
     vocab_size: u32,
 }
 
-/// Turn `scenario` into actors seeded with `seed`, on `host`.
+/// How to assemble a cluster, beyond the scenario.
+#[derive(Clone, Debug)]
+pub struct AssemblyOptions {
+    /// Which kernel host runs the actors.
+    pub host: HostKind,
+    /// Where workload files named by relative paths are.
+    pub base_dir: PathBuf,
+    /// Whether clients keep every request they release (to export the workload).
+    pub keep_released: bool,
+}
+
+/// Turn `scenario` into actors seeded with `seed`.
 pub fn assemble(
     scenario: &Scenario,
     seed: u64,
     data: &CostData,
-    host: HostKind,
+    options: &AssemblyOptions,
 ) -> Result<AssembledCluster, FieldError> {
     let mut pools = Vec::with_capacity(scenario.cluster.pools.len());
     for (i, pool) in scenario.cluster.pools.iter().enumerate() {
@@ -88,11 +103,11 @@ pub fn assemble(
             engines.push((declare(&mut assembly, name.clone())?, name, pool));
         }
     }
-    let clients: Vec<ActorId> = scenario
-        .workload
-        .clients
-        .iter()
-        .map(|c| declare(&mut assembly, format!("client/{}", c.name)))
+    let workload = &scenario.workload;
+    let client_names =
+        workload.clients.iter().map(|c| &c.name).chain(workload.replays.iter().map(|r| &r.name));
+    let clients: Vec<ActorId> = client_names
+        .map(|name| declare(&mut assembly, format!("client/{name}")))
         .collect::<Result<_, _>>()?;
 
     let network = scenario.cluster.network;
@@ -113,8 +128,9 @@ pub fn assemble(
     // Token ids are drawn below the smallest vocabulary served, so every engine could take them.
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");
     let streams = Streams::new(seed);
-    for (index, (spec, &id)) in scenario.workload.clients.iter().zip(&clients).enumerate() {
-        let source = Box::new(Synthetic::new(spec, scenario.workload.rate_per_s, streams));
+    let sources = workload::sources(&scenario.workload, streams, &options.base_dir)?;
+    let expected_requests = sources.iter().map(|s| s.requests).sum();
+    for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let wiring = ClientWiring {
             index: index as u32,
             me: id,
@@ -122,11 +138,12 @@ pub fn assemble(
             delay_to_router: to_client,
             vocab_size,
             streams,
+            keep_released: options.keep_released,
         };
-        let client = Client::new(&spec.name, source, wiring);
+        let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;
     }
-    let simulation = assembly.build(host).map_err(install_error)?;
+    let simulation = assembly.build(options.host).map_err(install_error)?;
 
     let resolved = json!({
         "seed": seed,
@@ -151,5 +168,12 @@ pub fn assemble(
     let mut identities: Vec<EngineIdentity> = pools.iter().map(|p| p.plan.pool.engine.clone()).collect();
     identities.sort();
     identities.dedup();
-    Ok(AssembledCluster { simulation, clients, engines: engine_order, resolved, identities })
+    Ok(AssembledCluster {
+        simulation,
+        clients,
+        engines: engine_order,
+        resolved,
+        identities,
+        expected_requests,
+    })
 }

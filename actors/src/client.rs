@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_contracts::{CallRecord, Fate, LlmCall, NodeKind, PromptPart, RequestSpec};
+use blis_contracts::{CallRecord, Fate, FieldError, LlmCall, NodeKind, PromptPart, RequestSpec};
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{
     Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, Streams, Substream,
@@ -83,6 +83,8 @@ pub struct ClientWiring {
     pub vocab_size: u32,
     /// The run's substreams.
     pub streams: Streams,
+    /// Whether to keep every request released, for exporting the workload.
+    pub keep_released: bool,
 }
 
 /// What the client knows of one LLM call.
@@ -155,13 +157,14 @@ pub struct Client {
     calls_by_key: BTreeMap<u64, usize>,
     outstanding: u64,
     arrived: u64,
+    released: Option<Vec<RequestSpec>>,
     last_transition: SimTime,
 }
 
 impl Client {
     /// A client named `name` playing `source`, wired into the cluster by `wiring`.
     pub fn new(name: &str, source: Box<dyn RequestSource>, wiring: ClientWiring) -> Client {
-        let ClientWiring { index, me, router, delay_to_router, vocab_size, streams } = wiring;
+        let ClientWiring { index, me, router, delay_to_router, vocab_size, streams, keep_released } = wiring;
         let component = format!("client/{name}");
         let mut client = Client {
             name: name.to_owned(),
@@ -187,6 +190,7 @@ impl Client {
             calls_by_key: BTreeMap::new(),
             outstanding: 0,
             arrived: 0,
+            released: keep_released.then(Vec::new),
             last_transition: SimTime::ZERO,
         };
         client.upcoming = client.source.next_request();
@@ -206,6 +210,16 @@ impl Client {
     /// Requests that have arrived so far.
     pub fn arrived(&self) -> u64 {
         self.arrived
+    }
+
+    /// Why the client's source ended early, if it did.
+    pub fn source_error(&self) -> Option<&FieldError> {
+        self.source.error()
+    }
+
+    /// The requests released, as released (when the client was asked to keep them).
+    pub fn take_released(&mut self) -> Option<Vec<RequestSpec>> {
+        self.released.take()
     }
 
     fn schedule(&mut self, at_us: u64, timer: Timer) {
@@ -232,6 +246,9 @@ impl Client {
         let sequence = self.arrived;
         self.arrived += 1;
         let spec = planned.spec;
+        if let Some(released) = &mut self.released {
+            released.push(RequestSpec { arrival_us: now_us, ..spec.clone() });
+        }
         let n = spec.nodes.len();
         let mut children = vec![Vec::new(); n];
         let mut nodes = Vec::with_capacity(n);

@@ -16,7 +16,7 @@ mod router_host;
 mod run;
 pub mod workload;
 
-pub use assembly::{AssembledCluster, assemble};
+pub use assembly::{AssembledCluster, AssemblyOptions, assemble};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
 pub use engine_host::EngineHost;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};

@@ -2,17 +2,18 @@
 
 use std::cell::Cell;
 use std::fmt;
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use blis_contracts::{
     CallRecord, DataRecord, Fate, FateCounts, FieldError, InstanceRecord, PricingRecord, RESULT_SCHEMA, Rank,
-    RankShares, RunResult, Scenario, ScenarioRecord, SimulationRecord,
+    RankShares, RequestSpec, RunResult, Scenario, ScenarioRecord, SimulationRecord,
 };
 use blis_costmodel::CostData;
 use blis_kernel::{ActorId, Envelope, HostKind, KernelError, Observer, RunEnd, SimDuration, SimTime};
 use sha2::{Digest, Sha256};
 
-use crate::assembly::assemble;
+use crate::assembly::{AssemblyOptions, assemble};
 use crate::client::{Client, call_key};
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
@@ -22,12 +23,16 @@ use crate::metrics::metrics;
 pub const DEFAULT_SEED: u64 = 1;
 
 /// How to run.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     /// Overrides the scenario's seed.
     pub seed: Option<u64>,
     /// Which kernel host runs the actors.
     pub host: HostKind,
+    /// Where workload files named by relative paths are (default: the working directory).
+    pub base_dir: Option<PathBuf>,
+    /// Keep every request each client released, as it released it, for `--export-workload`.
+    pub export_workload: bool,
 }
 
 /// How far a run has got, for a progress display.
@@ -48,6 +53,9 @@ pub struct RunOutput {
     pub result: RunResult,
     /// One record per LLM call, clients in scenario order, calls in send order.
     pub calls: Vec<CallRecord>,
+    /// With `export_workload`: per client (in scenario order, replays last), its name and the
+    /// requests it released, with the times it released them.
+    pub workloads: Vec<(String, Vec<RequestSpec>)>,
 }
 
 impl RunOutput {
@@ -179,7 +187,12 @@ pub fn run_observed(
 ) -> Result<(RunOutput, Observers), RunError> {
     let scenario = Scenario::parse(text).map_err(RunError::Input)?;
     let seed = options.seed.or(scenario.seed).unwrap_or(DEFAULT_SEED);
-    let cluster = assemble(&scenario, seed, data, options.host).map_err(RunError::Input)?;
+    let assembly = AssemblyOptions {
+        host: options.host,
+        base_dir: options.base_dir.clone().unwrap_or_default(),
+        keep_released: options.export_workload,
+    };
+    let cluster = assemble(&scenario, seed, data, &assembly).map_err(RunError::Input)?;
     let mut simulation = cluster.simulation;
     let answered = Rc::new(Cell::new(0));
     let mut clients_sorted = cluster.clients.clone();
@@ -188,7 +201,7 @@ pub fn run_observed(
     for observer in observers {
         simulation.observe_boxed(observer);
     }
-    let total: u64 = scenario.workload.clients.iter().map(|c| c.requests).sum();
+    let total: u64 = cluster.expected_requests.unwrap_or(0);
     let horizon = match scenario.horizon_s {
         Some(h) => SimDuration::from_secs_ceil(h)
             .map(|d| SimTime::ZERO.saturating_add(d))
@@ -245,8 +258,15 @@ pub fn run_observed(
     started.sort_unstable();
     let mut calls = Vec::new();
     let mut fates = FateCounts::default();
+    let mut workloads = Vec::new();
     for &id in &cluster.clients {
-        let client = finished.take_actor::<Client>(id).expect("client ids hold clients");
+        let mut client = finished.take_actor::<Client>(id).expect("client ids hold clients");
+        if let Some(error) = client.source_error() {
+            return Err(RunError::Input(error.clone()));
+        }
+        if let Some(released) = client.take_released() {
+            workloads.push((client.name().to_owned(), released));
+        }
         calls.extend(client.records(|key| {
             if started.binary_search(&key).is_ok() { Fate::InFlightAtHorizon } else { Fate::QueuedAtHorizon }
         }));
@@ -276,5 +296,5 @@ pub fn run_observed(
             messages: kernel_stats.messages,
         },
     };
-    Ok((RunOutput { result, calls }, observers))
+    Ok((RunOutput { result, calls, workloads }, observers))
 }

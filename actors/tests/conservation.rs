@@ -104,7 +104,13 @@ fn kv_blocks_are_conserved_after_every_step_under_preemption() {
     // A tiny KV cache (1,200 blocks of 16 tokens) under load forces preemptions.
     let text = scenario("", 30, 300, "          num_gpu_blocks_override: 1200");
     let scenario = Scenario::parse(&text).unwrap();
-    let mut cluster = assemble(&scenario, 7, &CostData::embedded(), HostKind::Inline).unwrap();
+    let mut cluster = assemble(
+        &scenario,
+        7,
+        &CostData::embedded(),
+        &blis_actors::AssemblyOptions { host: HostKind::Inline, base_dir: ".".into(), keep_released: false },
+    )
+    .unwrap();
     let audit = BlockAudit::default();
     let checked = audit.checked.clone();
     cluster.simulation.observe(audit);

@@ -55,6 +55,10 @@ enum Command {
         /// Record the run's inputs and every delivered message to this file, for `replay`.
         #[arg(long)]
         record: Option<PathBuf>,
+        /// Write every request each client released, as released, to `DIR/<client>.jsonl`;
+        /// replaying those files (`workload.replays`) gives the same calls and metrics.
+        #[arg(long, value_name = "DIR")]
+        export_workload: Option<PathBuf>,
         #[command(flatten)]
         data: DataArgs,
         /// No progress bar.
@@ -129,13 +133,33 @@ impl Host {
 fn main() -> ExitCode {
     logging::init();
     match Cli::parse().command {
-        Command::Run { scenario, seed, out, host, trace, trace_filter, record, data, quiet } => {
+        Command::Run {
+            scenario,
+            seed,
+            out,
+            host,
+            trace,
+            trace_filter,
+            record,
+            export_workload,
+            data,
+            quiet,
+        } => {
             let data = match data.load() {
                 Ok(data) => data,
                 Err(message) => return fail(2, message),
             };
-            let outputs = Outputs { out, trace, trace_filter, record };
-            run(scenario.as_deref(), RunOptions { seed, host: host.kind() }, &data, &outputs, quiet)
+            let export = export_workload.is_some();
+            let outputs = Outputs { out, trace, trace_filter, record, export_workload };
+            // Workload files named in a scenario are found next to it.
+            let base_dir = scenario.as_deref().and_then(Path::parent).map(Path::to_path_buf);
+            run(
+                scenario.as_deref(),
+                RunOptions { seed, host: host.kind(), base_dir, export_workload: export },
+                &data,
+                &outputs,
+                quiet,
+            )
         }
         Command::Catalog { data } => match data.load() {
             Ok(data) => {
@@ -158,6 +182,7 @@ struct Outputs {
     trace: Option<PathBuf>,
     trace_filter: Option<String>,
     record: Option<PathBuf>,
+    export_workload: Option<PathBuf>,
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -234,6 +259,11 @@ fn run(
     if let Err(error) = write_outputs(&output, &outputs.out) {
         return fail(1, format_args!("{}: cannot write the outputs: {error}", outputs.out.display()));
     }
+    if let Some(dir) = &outputs.export_workload
+        && let Err(error) = export_workload(&output, dir)
+    {
+        return fail(1, format_args!("{}: cannot write the workload: {error}", dir.display()));
+    }
     print!("{}", summary::render(&output));
     let _ = std::io::stdout().flush();
     eprintln!(
@@ -277,6 +307,21 @@ fn write_outputs(output: &RunOutput, out: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(out)?;
     std::fs::write(out.join("result.json"), output.result_json())?;
     std::fs::write(out.join("calls.jsonl"), output.calls_jsonl())
+}
+
+/// One JSONL file per client.
+fn export_workload(output: &RunOutput, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (client, requests) in &output.workloads {
+        let mut file = BufWriter::new(File::create(dir.join(format!("{client}.jsonl")))?);
+        for request in requests {
+            serde_json::to_writer(&mut file, request)?;
+            file.write_all(b"\n")?;
+        }
+        file.flush()?;
+        eprintln!("wrote {}", dir.join(format!("{client}.jsonl")).display());
+    }
+    Ok(())
 }
 
 fn trace_check(file: &Path) -> ExitCode {
@@ -340,7 +385,12 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
     let recorded_count = recorded.deliveries.len();
     let check: Box<dyn Observer<ClusterMessage>> =
         Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries));
-    let options = RunOptions { seed: inputs.seed, host };
+    let options = RunOptions {
+        seed: inputs.seed,
+        host,
+        base_dir: file.parent().map(Path::to_path_buf),
+        export_workload: false,
+    };
     let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
         Ok(done) => done,
         Err(error) => {

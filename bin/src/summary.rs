@@ -12,11 +12,16 @@ pub fn render(output: &RunOutput) -> String {
     let mut s = String::new();
     let engines: Vec<String> = r.engines.iter().map(|e| format!("{} {}", e.kind, e.version)).collect();
     let _ = writeln!(s, "seed {}, engines: {}", r.seed, engines.join(", "));
-    let _ = writeln!(
-        s,
-        "fates: {} arrivals = {} completed + {} dropped + {} in flight + {} queued at the horizon",
-        f.arrivals, f.completed, f.dropped, f.in_flight_at_horizon, f.queued_at_horizon
-    );
+    let _ = write!(s, "fates: {} calls = {} completed + {} dropped", f.arrivals, f.completed, f.dropped);
+    if f.timed_out > 0 {
+        let _ = write!(s, " + {} timed out", f.timed_out);
+    }
+    let _ =
+        write!(s, " + {} in flight + {} queued at the horizon", f.in_flight_at_horizon, f.queued_at_horizon);
+    if f.not_started > 0 {
+        let _ = write!(s, " + {} not started", f.not_started);
+    }
+    s.push('\n');
     let m = &r.metrics;
     let _ =
         writeln!(s, "{:<6} {:>10} {:>10} {:>10} {:>10} {:>9}", "ms", "mean", "p50", "p90", "p99", "samples");

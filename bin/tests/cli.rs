@@ -53,7 +53,7 @@ fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
     ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(stdout.contains("fates: 50 arrivals = 50 completed"), "{stdout}");
+    assert!(stdout.contains("fates: 50 calls = 50 completed"), "{stdout}");
     for metric in ["TTFT", "TPOT", "ITL", "E2E", "throughput"] {
         assert!(stdout.contains(metric), "{stdout}");
     }

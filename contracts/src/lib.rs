@@ -11,6 +11,7 @@
 mod call;
 mod engine;
 mod error;
+pub mod json;
 mod model;
 mod rank;
 mod request_spec;
@@ -36,6 +37,6 @@ pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,
 };
 pub use workload::{
-    Arrival, ClientSpec, Duration, LengthDist, Rate, Session, SharedPrefix, SloClass, Stage, StageGaps,
-    Workload,
+    Arrival, ClientSpec, Duration, LengthDist, Rate, Replay, ReplayFormat, Session, SharedPrefix, SloClass,
+    Stage, StageGaps, Workload,
 };

@@ -19,7 +19,34 @@ pub struct Workload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_s: Option<f64>,
     /// The clients; each generates its own requests.
+    #[serde(default)]
     pub clients: Vec<ClientSpec>,
+    /// Clients that replay a workload file instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replays: Vec<Replay>,
+}
+
+/// A client that replays a workload file, written `{name: trace, path: requests.jsonl}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replay {
+    /// The client's name (token ids of its requests are drawn from substreams named by it, so
+    /// a file exported from client `chat` replays identically under the name `chat`).
+    pub name: String,
+    /// The file, relative to the scenario's folder.
+    pub path: String,
+    /// Its format.
+    #[serde(default)]
+    pub format: ReplayFormat,
+}
+
+/// Formats of workload files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplayFormat {
+    /// One request DAG per line, as `--export-workload` writes.
+    #[default]
+    Jsonl,
 }
 
 /// One client: a synthetic traffic description.
@@ -511,8 +538,21 @@ impl Workload {
     /// Refuse empty or duplicate client names, zero request counts, bad rates, impossible
     /// lengths and durations, and contradictory settings.
     pub fn validate(&self) -> Result<(), FieldError> {
-        if self.clients.is_empty() {
-            return Err(FieldError::new("workload.clients", "[]", "at least one client is needed"));
+        if self.clients.is_empty() && self.replays.is_empty() {
+            return Err(FieldError::new("workload.clients", "[]", "at least one client or replay is needed"));
+        }
+        for (i, replay) in self.replays.iter().enumerate() {
+            let path = format!("workload.replays[{i}]");
+            check_name(&replay.name, &format!("{path}.name"))?;
+            let clash = self.clients.iter().any(|c| c.name == replay.name)
+                || self.replays[..i].iter().any(|r| r.name == replay.name);
+            if clash {
+                return Err(FieldError::new(
+                    format!("{path}.name"),
+                    &replay.name,
+                    "another client has this name",
+                ));
+            }
         }
         if let Some(rate) = self.rate_per_s
             && !(rate.is_finite() && rate > 0.0)

@@ -5,11 +5,16 @@
 //! bounded memory. Every random draw comes from a substream named by the client and the
 //! purpose, so the same scenario and seed give the same requests whatever else changes.
 
+mod jsonl;
 pub mod sampling;
 mod synthetic;
 
-use blis_contracts::{Duration, RequestSpec};
+use std::path::Path;
 
+use blis_contracts::{Duration, FieldError, ReplayFormat, RequestSpec, Workload};
+use blis_kernel::Streams;
+
+pub use jsonl::JsonlSource;
 pub use synthetic::Synthetic;
 
 /// How a client releases the requests of its source.
@@ -51,4 +56,56 @@ pub trait RequestSource: Send {
 
     /// The next request, or `None` when the source is exhausted.
     fn next_request(&mut self) -> Option<Planned>;
+
+    /// Why the source ended early, if it did (a file changed after it was checked).
+    fn error(&self) -> Option<&FieldError> {
+        None
+    }
+}
+
+/// One client's name and source.
+pub struct ClientSource {
+    /// The client's name.
+    pub name: String,
+    /// Its requests.
+    pub source: Box<dyn RequestSource>,
+    /// How many requests it will send, when known in advance.
+    pub requests: Option<u64>,
+}
+
+/// The sources of every client of `workload`, synthetic clients first, then replays (whose
+/// files, relative to `base_dir`, are read and checked here).
+pub fn sources(
+    workload: &Workload,
+    streams: Streams,
+    base_dir: &Path,
+) -> Result<Vec<ClientSource>, FieldError> {
+    let mut out = Vec::with_capacity(workload.clients.len() + workload.replays.len());
+    for spec in &workload.clients {
+        let requests = match spec.arrival {
+            blis_contracts::Arrival::Staged { .. } => None,
+            _ => Some(spec.requests),
+        };
+        out.push(ClientSource {
+            name: spec.name.clone(),
+            source: Box::new(Synthetic::new(spec, workload.rate_per_s, streams)),
+            requests,
+        });
+    }
+    for (i, replay) in workload.replays.iter().enumerate() {
+        let path = base_dir.join(&replay.path);
+        let label = format!("workload.replays[{i}].path ({})", replay.path);
+        let source = match replay.format {
+            ReplayFormat::Jsonl => {
+                let requests = JsonlSource::check(&path, &label)?;
+                ClientSource {
+                    name: replay.name.clone(),
+                    source: Box::new(JsonlSource::open(&path, &label)?),
+                    requests: Some(requests),
+                }
+            }
+        };
+        out.push(source);
+    }
+    Ok(out)
 }
