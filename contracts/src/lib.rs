@@ -11,7 +11,9 @@
 mod call;
 mod engine;
 mod error;
+mod frame;
 pub mod json;
+mod metric;
 mod model;
 mod rank;
 mod request_spec;
@@ -26,6 +28,10 @@ pub use engine::{
     StepMode, StepPrice, StepRequest, StepShape, StepTotals,
 };
 pub use error::{FieldError, join_path};
+pub use frame::{
+    Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp, WarmUpRecord,
+};
+pub use metric::{METRICS, MetricDefinition, metric};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};

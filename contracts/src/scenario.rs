@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::FieldError;
+use crate::frame::FrameSpec;
 use crate::workload::Workload;
 use crate::yaml::{self, YamlValue};
 
@@ -28,6 +29,9 @@ pub struct Scenario {
     pub cluster: Cluster,
     /// The traffic.
     pub workload: Workload,
+    /// How the run becomes figures: replications, warm-up, SLOs, acceptance.
+    #[serde(default)]
+    pub frame: FrameSpec,
 }
 
 /// The serving side: network, router and engine pools.
@@ -172,7 +176,8 @@ impl Scenario {
                 ));
             }
         }
-        self.workload.validate()
+        self.workload.validate()?;
+        self.frame.validate(self.horizon_s)
     }
 }
 

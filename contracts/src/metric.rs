@@ -1,0 +1,167 @@
+//! The metric registry: one definition per metric — formula, statistic, population, window,
+//! unit — shared by the run summary, the Result and `docs/METRICS.md`.
+
+use serde::Serialize;
+
+/// One metric's definition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MetricDefinition {
+    /// The key in `metrics` and `estimates` of the Result.
+    pub id: &'static str,
+    /// What it is called.
+    pub name: &'static str,
+    /// How one value is computed.
+    pub formula: &'static str,
+    /// What is reported of the values.
+    pub statistic: &'static str,
+    /// Which calls or requests contribute.
+    pub population: &'static str,
+    /// Which part of the run.
+    pub window: &'static str,
+    /// Unit of the reported values.
+    pub unit: &'static str,
+    /// Whether a lower value is better (for comparisons).
+    pub lower_is_better: bool,
+}
+
+const LATENCY: &str = "mean, p50, p90, p99 (nearest rank: pX is the smallest value with at least X% of the values at or below it)";
+const MEASURED: &str = "the measured window: from the end of the warm-up (none for terminating runs) to the end of the run";
+
+/// Every metric, in the order the Result and the summary list them.
+pub const METRICS: &[MetricDefinition] = &[
+    MetricDefinition {
+        id: "ttft_ms",
+        name: "time to first token",
+        formula: "first token at the client − send",
+        statistic: LATENCY,
+        population: "completed calls",
+        window: MEASURED,
+        unit: "ms",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "tpot_ms",
+        name: "time per output token",
+        formula: "(E2E − TTFT) / (output tokens − 1)",
+        statistic: LATENCY,
+        population: "completed calls with at least 2 output tokens",
+        window: MEASURED,
+        unit: "ms",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "itl_ms",
+        name: "inter-token latency",
+        formula: "time between consecutive tokens at the client",
+        statistic: LATENCY,
+        population: "every gap of every completed call, pooled",
+        window: MEASURED,
+        unit: "ms",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "e2e_ms",
+        name: "end-to-end latency",
+        formula: "last token at the client − send",
+        statistic: LATENCY,
+        population: "completed calls",
+        window: MEASURED,
+        unit: "ms",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "normalized_e2e_ms",
+        name: "normalized end-to-end latency",
+        formula: "E2E / output tokens (inference-perf's normalized_time_per_output_token)",
+        statistic: LATENCY,
+        population: "completed calls",
+        window: MEASURED,
+        unit: "ms per token",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "request_e2e_ms",
+        name: "request end-to-end latency",
+        formula: "end of the request's last node − the request's arrival (a DAG's whole time)",
+        statistic: LATENCY,
+        population: "requests all of whose nodes completed",
+        window: MEASURED,
+        unit: "ms",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "makespan_s",
+        name: "makespan",
+        formula: "last completion − first send",
+        statistic: "the value",
+        population: "completed calls",
+        window: "the whole run",
+        unit: "s",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "output_tokens_per_s",
+        name: "output throughput",
+        formula: "output tokens of completed calls / the measured span (first send → last completion in the window)",
+        statistic: "the value",
+        population: "completed calls",
+        window: MEASURED,
+        unit: "tokens/s",
+        lower_is_better: false,
+    },
+    MetricDefinition {
+        id: "requests_per_s",
+        name: "request throughput",
+        formula: "completed calls / the measured span",
+        statistic: "the value",
+        population: "completed calls",
+        window: MEASURED,
+        unit: "calls/s",
+        lower_is_better: false,
+    },
+    MetricDefinition {
+        id: "goodput_requests_per_s",
+        name: "goodput",
+        formula: "completed calls meeting every SLO of the frame (TTFT and TPOT thresholds) / the measured span",
+        statistic: "the value (absent without SLOs)",
+        population: "completed calls",
+        window: MEASURED,
+        unit: "calls/s",
+        lower_is_better: false,
+    },
+    MetricDefinition {
+        id: "prefix_cache_hit_rate",
+        name: "prefix-cache hit rate",
+        formula: "Σ vllm:prefix_cache_hits / Σ vllm:prefix_cache_queries over instances (prompt tokens, one lookup per admission attempt)",
+        statistic: "the value (absent without lookups)",
+        population: "admission attempts of calls never preempted",
+        window: "the whole run",
+        unit: "fraction",
+        lower_is_better: false,
+    },
+    MetricDefinition {
+        id: "preemptions",
+        name: "preemptions",
+        formula: "Σ vllm:num_preemptions over instances",
+        statistic: "the count",
+        population: "all calls",
+        window: "the whole run",
+        unit: "count",
+        lower_is_better: true,
+    },
+    MetricDefinition {
+        id: "kv_utilisation",
+        name: "KV-cache utilisation",
+        formula: "time average of vllm:kv_cache_usage_perc (1 − free/(N − 1)) per instance, averaged over instances",
+        statistic: "the value",
+        population: "engine instances",
+        window: "the whole run",
+        unit: "fraction",
+        lower_is_better: false,
+    },
+];
+
+/// The definition of `id`.
+pub fn metric(id: &str) -> Option<&'static MetricDefinition> {
+    METRICS.iter().find(|m| m.id == id)
+}
