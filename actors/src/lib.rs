@@ -14,6 +14,7 @@ mod message;
 mod metrics;
 mod router_host;
 mod run;
+pub mod stats;
 
 pub use assembly::{AssembledCluster, assemble};
 pub use client::Client;

@@ -1,0 +1,10 @@
+//! Statistics for turning simulation output into estimates with honest uncertainty.
+//!
+//! Pure functions and plain types, no actors and no I/O. Independent replications of a run give
+//! one value each of an output measure; [`interval::estimate`] turns them into a mean with a
+//! Student-t confidence interval, whose quantile [`student_t::t_quantile`] computes.
+pub mod interval;
+pub mod student_t;
+
+#[cfg(test)]
+mod test_draws;
