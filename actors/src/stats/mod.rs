@@ -5,6 +5,7 @@
 //! Student-t confidence interval, whose quantile [`student_t::t_quantile`] computes.
 pub mod interval;
 pub mod student_t;
+pub mod warmup;
 
 #[cfg(test)]
 mod test_draws;
