@@ -111,12 +111,7 @@ pub fn mser(series: &[f64], batch_size: usize) -> Result<Truncation, WarmupError
         .copied()
         .enumerate()
         .fold((0, f64::INFINITY), |best, (d, s)| if s < best.1 { (d, s) } else { best });
-    Ok(Truncation {
-        discard: best * batch_size,
-        batches,
-        statistic,
-        at_search_limit: best == last_candidate,
-    })
+    Ok(Truncation { discard: best * batch_size, batches, statistic, at_search_limit: best == last_candidate })
 }
 
 #[cfg(test)]
