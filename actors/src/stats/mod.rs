@@ -5,6 +5,7 @@
 //! Student-t confidence interval, whose quantile [`student_t::t_quantile`] computes.
 pub mod batch_means;
 pub mod interval;
+pub mod overload;
 pub mod student_t;
 pub mod warmup;
 
