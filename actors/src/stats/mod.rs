@@ -4,6 +4,7 @@
 //! one value each of an output measure; [`interval::estimate`] turns them into a mean with a
 //! Student-t confidence interval, whose quantile [`student_t::t_quantile`] computes.
 pub mod batch_means;
+pub mod compare;
 pub mod interval;
 pub mod overload;
 pub mod student_t;
