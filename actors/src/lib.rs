@@ -14,6 +14,7 @@ mod message;
 mod metrics;
 mod router_host;
 mod run;
+pub mod stats;
 pub mod workload;
 
 pub use assembly::{AssembledCluster, AssemblyOptions, assemble};
