@@ -108,6 +108,7 @@ struct Call {
     cached_tokens: u32,
     preemptions: u32,
     request_e2e_us: Option<u64>,
+    settled_us: Option<u64>,
 }
 
 /// Something the client does at a time of its own.
@@ -157,6 +158,7 @@ pub struct Client {
     calls_by_key: BTreeMap<u64, usize>,
     outstanding: u64,
     arrived: u64,
+    last_arrival_us: u64,
     released: Option<Vec<RequestSpec>>,
     last_transition: SimTime,
 }
@@ -190,6 +192,7 @@ impl Client {
             calls_by_key: BTreeMap::new(),
             outstanding: 0,
             arrived: 0,
+            last_arrival_us: 0,
             released: keep_released.then(Vec::new),
             last_transition: SimTime::ZERO,
         };
@@ -210,6 +213,11 @@ impl Client {
     /// Requests that have arrived so far.
     pub fn arrived(&self) -> u64 {
         self.arrived
+    }
+
+    /// When the last request arrived, µs.
+    pub fn last_arrival_us(&self) -> u64 {
+        self.last_arrival_us
     }
 
     /// Why the client's source ended early, if it did.
@@ -245,6 +253,7 @@ impl Client {
         self.upcoming = self.source.next_request();
         let sequence = self.arrived;
         self.arrived += 1;
+        self.last_arrival_us = now_us;
         let spec = planned.spec;
         if let Some(released) = &mut self.released {
             released.push(RequestSpec { arrival_us: now_us, ..spec.clone() });
@@ -290,6 +299,7 @@ impl Client {
                     cached_tokens: 0,
                     preemptions: 0,
                     request_e2e_us: None,
+                    settled_us: None,
                 });
             }
         }
@@ -512,6 +522,7 @@ impl Client {
             }
             ClusterMessage::Request(_) | ClusterMessage::Abort(_) => return,
         };
+        call.settled_us = Some(now_us);
         let (live, node) = (call.live, call.node_index);
         self.outstanding -= 1;
         if let Some(notes) = out.notes() {
@@ -532,6 +543,7 @@ impl Client {
                     return;
                 }
                 self.calls[call].fate = Some(Fate::TimedOut);
+                self.calls[call].settled_us = Some(now_us);
                 self.outstanding -= 1;
                 let key = self.calls[call].key;
                 if let Some(notes) = out.notes() {
@@ -569,12 +581,13 @@ impl Client {
         }
     }
 
-    /// One record per call of every request that arrived; a call without an answer gets its
-    /// fate from `unanswered` (given its key), a call never sent is not started.
-    pub fn records(&self, mut unanswered: impl FnMut(u64) -> Fate) -> Vec<CallRecord> {
+    /// One record per call of every request that arrived, for `replication`; a call without an
+    /// answer gets its fate from `unanswered` (given its key), a call never sent is not started.
+    pub fn records(&self, replication: u32, mut unanswered: impl FnMut(u64) -> Fate) -> Vec<CallRecord> {
         self.calls
             .iter()
             .map(|call| CallRecord {
+                replication,
                 request_id: call.name.clone(),
                 request: call.request.clone(),
                 node: call.node.clone(),
@@ -590,6 +603,7 @@ impl Client {
                     Some(_) => unanswered(call.key),
                     None => Fate::NotStarted,
                 }),
+                settled_us: call.settled_us,
                 token_latency_us: call.token_latency_us.clone(),
                 request_e2e_us: call.request_e2e_us,
             })

@@ -53,6 +53,9 @@ pub struct EngineHost {
     answered: Vec<u64>,
     aborted: u64,
     priced: RankShares,
+    /// ∫ KV usage dt over the run, µs, and the highest usage seen.
+    kv_usage_integral: f64,
+    kv_usage_peak: f64,
 }
 
 impl EngineHost {
@@ -74,6 +77,8 @@ impl EngineHost {
             answered: Vec::new(),
             aborted: 0,
             priced: RankShares::default(),
+            kv_usage_integral: 0.0,
+            kv_usage_peak: 0.0,
         }
     }
 
@@ -90,6 +95,15 @@ impl EngineHost {
     /// Priced step time so far, by the rank of the coefficients that priced it.
     pub fn priced(&self) -> &RankShares {
         &self.priced
+    }
+
+    /// Time average of the KV usage from the start to `end`, and its peak.
+    pub fn kv_usage(&self, end: SimTime) -> (f64, f64) {
+        let usage = self.engine.scheduler().kv().pool().usage();
+        let integral =
+            self.kv_usage_integral + usage * (end.as_micros() - self.last_transition.as_micros()) as f64;
+        let mean = if end.as_micros() == 0 { 0.0 } else { integral / end.as_micros() as f64 };
+        (mean, self.kv_usage_peak.max(usage))
     }
 
     /// Keys of the requests this instance finished and answered.
@@ -269,6 +283,10 @@ impl Actor<ClusterMessage> for EngineHost {
         out: &mut Outbox<ClusterMessage>,
     ) {
         let now = ctx.now.time;
+        // The usage held since the last transition.
+        let usage = self.engine.scheduler().kv().pool().usage();
+        self.kv_usage_integral += usage * (now.as_micros() - self.last_transition.as_micros()) as f64;
+        self.kv_usage_peak = self.kv_usage_peak.max(usage);
         let bag = match event {
             Event::Internal => None,
             Event::External(bag) | Event::Confluent(bag) => Some(bag),

@@ -9,9 +9,12 @@
 
 mod assembly;
 mod client;
+mod comparison;
 mod engine_host;
+mod figures;
 mod message;
 mod metrics;
+mod replication;
 mod router_host;
 mod run;
 pub mod stats;
@@ -19,6 +22,7 @@ pub mod workload;
 
 pub use assembly::{AssembledCluster, AssemblyOptions, assemble};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
+pub use comparison::{MetricComparison, compare_configs};
 pub use engine_host::EngineHost;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
 pub use metrics::{metrics, summarise_us};

@@ -1,23 +1,26 @@
-//! Running a scenario end to end: parse, assemble, simulate, account for every request.
+//! Running a scenario end to end: parse, run every replication (replication 0 with the
+//! observers, the rest on worker threads), and turn them into one Result.
 
-use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use blis_contracts::{
-    CallRecord, DataRecord, Fate, FateCounts, FieldError, InstanceRecord, PricingRecord, RESULT_SCHEMA, Rank,
-    RankShares, RequestSpec, RunResult, Scenario, ScenarioRecord, SimulationRecord,
+    Arrival, CallRecord, ClientFrame, DataRecord, FieldError, FrameRecord, METRICS, PricingRecord,
+    RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario, ScenarioRecord,
+    StopRule, WarmUpRecord,
 };
 use blis_costmodel::CostData;
-use blis_kernel::{ActorId, Envelope, HostKind, KernelError, Observer, RunEnd, SimDuration, SimTime};
+use blis_kernel::{HostKind, KernelError, Observer, SimTime};
 use sha2::{Digest, Sha256};
 
-use crate::assembly::{AssemblyOptions, assemble};
-use crate::client::{Client, call_key};
-use crate::engine_host::EngineHost;
+use crate::assembly::AssemblyOptions;
+use crate::client::call_key;
+use crate::figures::{acceptance, estimates, replication_record, validity};
 use crate::message::ClusterMessage;
-use crate::metrics::metrics;
+use crate::replication::{ReplicationRun, replication_seed, run_replication};
 
 /// The seed used when neither the scenario nor the command line gives one.
 pub const DEFAULT_SEED: u64 = 1;
@@ -33,6 +36,10 @@ pub struct RunOptions {
     pub base_dir: Option<PathBuf>,
     /// Keep every request each client released, as it released it, for `--export-workload`.
     pub export_workload: bool,
+    /// Overrides the frame's number of replications.
+    pub replications: Option<u32>,
+    /// Threads to run replications on (default: the machine's cores); never changes outputs.
+    pub threads: Option<usize>,
 }
 
 /// How far a run has got, for a progress display.
@@ -51,10 +58,11 @@ pub struct Progress {
 pub struct RunOutput {
     /// The Result document.
     pub result: RunResult,
-    /// One record per LLM call, clients in scenario order, calls in send order.
+    /// One record per LLM call of replication 0, clients in scenario order, calls in the order
+    /// their requests arrived.
     pub calls: Vec<CallRecord>,
-    /// With `export_workload`: per client (in scenario order, replays last), its name and the
-    /// requests it released, with the times it released them.
+    /// With `export_workload`: per client of replication 0 (in scenario order, replays last),
+    /// its name and the requests it released, with the times it released them.
     pub workloads: Vec<(String, Vec<RequestSpec>)>,
 }
 
@@ -145,25 +153,6 @@ impl fmt::Display for RunError {
 
 impl std::error::Error for RunError {}
 
-/// Counts answers reaching clients, for progress.
-struct AnswerCounter {
-    clients: Vec<ActorId>,
-    answered: Rc<Cell<u64>>,
-}
-
-impl Observer<ClusterMessage> for AnswerCounter {
-    fn on_delivery(&mut self, envelope: &Envelope<ClusterMessage>) {
-        if !matches!(envelope.payload, ClusterMessage::Request(_))
-            && self.clients.binary_search(&envelope.to).is_ok()
-        {
-            self.answered.set(self.answered.get() + 1);
-        }
-    }
-}
-
-/// Simulated time between progress reports.
-const PROGRESS_EVERY: SimDuration = SimDuration::from_secs(1);
-
 /// Run the scenario in `text`, reporting progress every simulated second.
 pub fn run(
     text: &str,
@@ -176,8 +165,9 @@ pub fn run(
 /// Observers of a cluster run.
 pub type Observers = Vec<Box<dyn Observer<ClusterMessage>>>;
 
-/// [`run`] with extra observers attached (a timeline writer, a message log, a replay check);
-/// they are handed back after the run, in the order given.
+/// [`run`] with extra observers attached (a timeline writer, a message log, a replay check) on
+/// replication 0; they are handed back after the run, in the order given. Other replications
+/// run on worker threads; the outputs are the same whatever the number of threads.
 pub fn run_observed(
     text: &str,
     options: RunOptions,
@@ -187,114 +177,135 @@ pub fn run_observed(
 ) -> Result<(RunOutput, Observers), RunError> {
     let scenario = Scenario::parse(text).map_err(RunError::Input)?;
     let seed = options.seed.or(scenario.seed).unwrap_or(DEFAULT_SEED);
+    let frame = &scenario.frame;
+    let replications = options.replications.unwrap_or_else(|| frame.replications());
+    if replications == 0 {
+        return Err(RunError::Input(FieldError::new("--replications", 0, "must be at least 1")));
+    }
     let assembly = AssemblyOptions {
         host: options.host,
         base_dir: options.base_dir.clone().unwrap_or_default(),
         keep_released: options.export_workload,
     };
-    let cluster = assemble(&scenario, seed, data, &assembly).map_err(RunError::Input)?;
-    let mut simulation = cluster.simulation;
-    let answered = Rc::new(Cell::new(0));
-    let mut clients_sorted = cluster.clients.clone();
-    clients_sorted.sort();
-    simulation.observe(AnswerCounter { clients: clients_sorted, answered: answered.clone() });
-    for observer in observers {
-        simulation.observe_boxed(observer);
-    }
-    let total: u64 = cluster.expected_requests.unwrap_or(0);
-    let horizon = match scenario.horizon_s {
-        Some(h) => SimDuration::from_secs_ceil(h)
-            .map(|d| SimTime::ZERO.saturating_add(d))
-            .map_err(|e| RunError::Input(FieldError::new("horizon_s", h, e.to_string())))?,
-        None => SimTime::MAX,
-    };
-    let mut checkpoint = SimTime::ZERO;
-    let end = loop {
-        checkpoint = checkpoint.saturating_add(PROGRESS_EVERY).min(horizon);
-        let end = simulation.run_until(checkpoint).map_err(RunError::Kernel)?;
-        progress(Progress { simulated: simulation.now().time, answered: answered.get(), total });
-        match end {
-            RunEnd::Horizon { at } if at < horizon => continue,
-            end => break end,
+    let seeds: Vec<u64> = (0..replications).map(|r| replication_seed(seed, r)).collect();
+    let threads = options.threads.unwrap_or_else(default_threads).max(1);
+    // Replication 0 runs here (the observers are not Send); the others on workers, each taking
+    // the next index; results land in their slot, so the order never depends on timing.
+    let others: Mutex<Vec<Option<Result<ReplicationRun, RunError>>>> =
+        Mutex::new((1..replications).map(|_| None).collect());
+    let next = AtomicU32::new(1);
+    let (first, observers) = std::thread::scope(|scope| {
+        for _ in 1..threads.min(replications as usize) {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    if index >= replications {
+                        break;
+                    }
+                    let outcome = run_replication(
+                        &scenario,
+                        index,
+                        seeds[index as usize],
+                        data,
+                        &assembly,
+                        Vec::new(),
+                        &mut |_| {},
+                    )
+                    .map(|(run, _)| run);
+                    others.lock().expect("no worker panics holding the lock")[index as usize - 1] =
+                        Some(outcome);
+                }
+            });
         }
-    };
-    if let RunEnd::Halted { at, actor, reason } = &end
-        && actor.as_str() != "observer"
-    {
-        return Err(RunError::Stalled {
-            instance: actor.clone(),
-            at_us: at.as_micros(),
-            reason: reason.clone(),
-        });
-    }
-    let end_time = match end {
-        RunEnd::Horizon { at } => at,
-        RunEnd::Quiescent { at } | RunEnd::Halted { at, .. } => at,
-    };
-    let kernel_stats = simulation.stats();
-    let mut finished = simulation.finish();
-    let observers: Observers = finished.observers.drain(1..).collect();
-
-    let mut engine_steps = 0;
-    let mut priced = RankShares::default();
-    let mut started = Vec::new();
-    let mut instances = Vec::new();
-    for &id in &cluster.engines {
-        let host = finished.take_actor::<EngineHost>(id).expect("engine ids hold engine hosts");
-        let counters = host.engine().counters();
-        let metrics = host.engine().metrics();
-        instances.push(InstanceRecord {
-            name: host.name().to_owned(),
-            steps: counters.steps,
-            preemptions: counters.preemptions,
-            prefix_cache_queries: metrics.prefix_cache_queries,
-            prefix_cache_hits: metrics.prefix_cache_hits,
-        });
-        engine_steps += counters.steps;
-        priced.merge(host.priced());
-        started.extend(host.engine().scheduler().held().filter(|&(_, s)| s).map(|(key, _)| key));
-        started.extend_from_slice(host.answered());
-    }
-    started.sort_unstable();
-    let mut calls = Vec::new();
-    let mut fates = FateCounts::default();
-    let mut workloads = Vec::new();
-    for &id in &cluster.clients {
-        let mut client = finished.take_actor::<Client>(id).expect("client ids hold clients");
-        if let Some(error) = client.source_error() {
-            return Err(RunError::Input(error.clone()));
+        let first = run_replication(&scenario, 0, seed, data, &assembly, observers, progress);
+        // With one thread (or when the workers are slow) this thread takes the rest too.
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if index >= replications {
+                break;
+            }
+            let outcome = run_replication(
+                &scenario,
+                index,
+                seeds[index as usize],
+                data,
+                &assembly,
+                Vec::new(),
+                &mut |_| {},
+            )
+            .map(|(run, _)| run);
+            others.lock().expect("no worker panics holding the lock")[index as usize - 1] = Some(outcome);
         }
-        if let Some(released) = client.take_released() {
-            workloads.push((client.name().to_owned(), released));
-        }
-        calls.extend(client.records(|key| {
-            if started.binary_search(&key).is_ok() { Fate::InFlightAtHorizon } else { Fate::QueuedAtHorizon }
-        }));
+        first
+    })?;
+    let mut runs = vec![first];
+    for outcome in others.into_inner().expect("the workers are done") {
+        runs.push(outcome.expect("every replication ran")?);
     }
-    for call in &calls {
-        fates.count(&call.fate);
-    }
-    debug_assert!(fates.conserved());
+    let records: Vec<ReplicationRecord> = runs.iter().map(|run| replication_record(run, frame)).collect();
+    let (acceptance_outcomes, withheld) = acceptance(&records, frame);
+    let all_withheld =
+        !acceptance_outcomes.iter().all(|o| o.met || o.condition.starts_with("not overloaded"));
+    let first = runs.swap_remove(0);
+    let estimates =
+        if all_withheld { BTreeMap::new() } else { estimates(&records, &first, frame.run_kind()) };
+    let clients = client_frames(&scenario);
     let result = RunResult {
         schema: RESULT_SCHEMA.to_owned(),
         blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
         seed,
-        engines: cluster.identities,
-        scenario: ScenarioRecord { given: text.to_owned(), resolved: cluster.resolved },
+        engines: first.identities.clone(),
+        scenario: ScenarioRecord { given: text.to_owned(), resolved: first.resolved.clone() },
         data: DataRecord {
             catalog_sha256: data.catalog_sha256.clone(),
             registry_sha256: data.registry_sha256.clone(),
         },
-        pricing: pricing_record(&priced),
-        fates,
-        metrics: metrics(&calls),
-        instances,
-        simulation: SimulationRecord {
-            end_time_us: end_time.as_micros(),
-            engine_steps,
-            rounds: kernel_stats.rounds,
-            messages: kernel_stats.messages,
+        pricing: pricing_record(&first.priced),
+        frame: FrameRecord {
+            kind: frame.run_kind(),
+            clients,
+            seeds,
+            initial_state: "empty: no request anywhere, every KV cache empty and its prefix cache cold",
+            warm_up: WarmUpRecord {
+                method: frame.warm_up(),
+                discarded_before_us: records.iter().map(|r| r.warm_up_before_us).collect(),
+            },
+            stop_rule: StopRule { horizon_s: scenario.horizon_s, requests: first.expected_requests },
+            slo: frame.slo,
+            acceptance: acceptance_outcomes,
+            metrics: METRICS,
         },
+        validity: validity(&first.priced),
+        fates: first.fates,
+        metrics: (!all_withheld).then(|| records[0].metrics.clone()),
+        estimates,
+        withheld,
+        replications: records,
+        instances: first.instances,
+        simulation: first.simulation,
     };
-    Ok((RunOutput { result, calls, workloads }, observers))
+    Ok((RunOutput { result, calls: first.calls, workloads: first.workloads }, observers))
+}
+
+/// Threads to run replications on: the machine's cores.
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Each client's frame entry.
+fn client_frames(scenario: &Scenario) -> Vec<ClientFrame> {
+    let workload = &scenario.workload;
+    let synthetic = workload.clients.iter().map(|c| ClientFrame {
+        name: c.name.clone(),
+        source: "synthetic".into(),
+        pacing: if matches!(c.arrival, Arrival::Closed { .. }) { "closed" } else { "open" }.into(),
+        requests: (!matches!(c.arrival, Arrival::Staged { .. })).then_some(c.requests),
+    });
+    let replays = workload.replays.iter().map(|r| ClientFrame {
+        name: r.name.clone(),
+        source: format!("{} file {}", r.format.as_str(), r.path),
+        pacing: "open".into(),
+        requests: None,
+    });
+    synthetic.chain(replays).collect()
 }

@@ -12,8 +12,19 @@ fn bytes(output: &RunOutput) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn run_default(seed: Option<u64>, host: HostKind) -> RunOutput {
-    run(DEFAULT, RunOptions { seed, host, base_dir: None, export_workload: false }, &mut |_| {})
-        .expect("the default scenario runs")
+    run(
+        DEFAULT,
+        RunOptions {
+            seed,
+            host,
+            base_dir: None,
+            export_workload: false,
+            replications: Some(1),
+            threads: None,
+        },
+        &mut |_| {},
+    )
+    .expect("the default scenario runs")
 }
 
 #[test]

@@ -36,9 +36,10 @@ fn tokens_never_beat_the_weight_bandwidth_floor_and_tpot_stays_within_twice_it()
     for call in &output.calls {
         assert!(call.token_latency_us[1..].iter().all(|&gap| gap as f64 >= FLOOR_US), "{}", call.request_id);
     }
-    let tpot = output.result.metrics.tpot_ms;
+    let metrics = output.result.metrics.clone().unwrap();
+    let tpot = metrics.tpot_ms.unwrap();
     assert!(tpot.mean * 1_000.0 >= FLOOR_US && tpot.p99 * 1_000.0 <= 2.0 * FLOOR_US, "TPOT {tpot:?}");
     // TTFT covers the network both ways and at least one step over the whole prompt.
-    let ttft = output.result.metrics.ttft_ms;
+    let ttft = metrics.ttft_ms.unwrap();
     assert!(ttft.p50 * 1_000.0 > FLOOR_US + 2.0 * 350.0, "TTFT {ttft:?}");
 }

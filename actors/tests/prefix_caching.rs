@@ -62,7 +62,8 @@ fn reported_hits_are_the_calls_cached_tokens_and_caching_lowers_ttft() {
 
     // Same requests (same seed), so the comparison is paired: skipping 2,000 of ~2,110 prompt
     // tokens must cut the time to first token.
-    let (on, off) = (cached.result.metrics.ttft_ms, uncached.result.metrics.ttft_ms);
+    let ttft = |o: &RunOutput| o.result.metrics.as_ref().unwrap().ttft_ms.unwrap();
+    let (on, off) = (ttft(&cached), ttft(&uncached));
     assert!(on.mean < 0.7 * off.mean, "TTFT mean {} ms with caching, {} ms without", on.mean, off.mean);
     assert!(on.p50 < off.p50, "TTFT p50 {} vs {}", on.p50, off.p50);
 }

@@ -49,7 +49,18 @@ const MIXED: &str = r#"
 "#;
 
 fn run_text(text: &str, base_dir: Option<PathBuf>, export_workload: bool) -> Result<RunOutput, RunError> {
-    run(text, RunOptions { seed: None, host: HostKind::Inline, base_dir, export_workload }, &mut |_| {})
+    run(
+        text,
+        RunOptions {
+            seed: None,
+            host: HostKind::Inline,
+            base_dir,
+            export_workload,
+            replications: Some(1),
+            threads: None,
+        },
+        &mut |_| {},
+    )
 }
 
 fn scratch(name: &str) -> PathBuf {

@@ -3,6 +3,7 @@
 //! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
 //! to files and stdout; progress and logs go to stderr.
 
+mod compare;
 mod listing;
 mod logging;
 mod replay;
@@ -40,6 +41,12 @@ enum Command {
         /// Run seed; overrides the scenario's.
         #[arg(long)]
         seed: Option<u64>,
+        /// Independent replications (default: the frame's, 5 for terminating runs).
+        #[arg(long)]
+        replications: Option<u32>,
+        /// Threads to run replications on (default: every core); outputs never depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
         /// Directory for result.json and calls.jsonl.
         #[arg(long, default_value = "out")]
         out: PathBuf,
@@ -77,6 +84,25 @@ enum Command {
         file: PathBuf,
     },
     /// Re-run a recorded run and check every delivered message against the recording.
+    /// Compare two scenarios on common random numbers: both run the same replications with
+    /// the same seeds, and each metric is judged better, worse or not distinguished for B.
+    CompareConfigs {
+        /// The first scenario (A).
+        a: PathBuf,
+        /// The second scenario (B).
+        b: PathBuf,
+        /// Seed of both (default: A's).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Paired replications (default: A's frame; at least 2).
+        #[arg(long)]
+        replications: Option<u32>,
+        /// Threads to run replications on; outputs never depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(flatten)]
+        data: DataArgs,
+    },
     Replay {
         /// The recording (from `run --record`).
         file: PathBuf,
@@ -136,6 +162,8 @@ fn main() -> ExitCode {
         Command::Run {
             scenario,
             seed,
+            replications,
+            threads,
             out,
             host,
             trace,
@@ -155,7 +183,14 @@ fn main() -> ExitCode {
             let base_dir = scenario.as_deref().and_then(Path::parent).map(Path::to_path_buf);
             run(
                 scenario.as_deref(),
-                RunOptions { seed, host: host.kind(), base_dir, export_workload: export },
+                RunOptions {
+                    seed,
+                    host: host.kind(),
+                    base_dir,
+                    export_workload: export,
+                    replications,
+                    threads,
+                },
                 &data,
                 &outputs,
                 quiet,
@@ -169,6 +204,15 @@ fn main() -> ExitCode {
             Err(message) => fail(2, message),
         },
         Command::TraceCheck { file } => trace_check(&file),
+        Command::CompareConfigs { a, b, seed, replications, threads, data } => match data.load() {
+            Ok(data) => compare_configs(
+                &a,
+                &b,
+                RunOptions { seed, replications, threads, ..RunOptions::default() },
+                &data,
+            ),
+            Err(message) => fail(2, message),
+        },
         Command::Replay { file, host, data } => match data.load() {
             Ok(data) => replay(&file, host.kind(), &data),
             Err(message) => fail(2, message),
@@ -224,6 +268,7 @@ fn run(
             blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
             scenario: text.clone(),
             seed: options.seed,
+            replications: options.replications,
             catalog_sha256: data.catalog_sha256.clone(),
             registry_sha256: data.registry_sha256.clone(),
         };
@@ -324,6 +369,35 @@ fn export_workload(output: &RunOutput, dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+fn compare_configs(a: &Path, b: &Path, options: RunOptions, data: &CostData) -> ExitCode {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: cannot read the scenario: {e}", path.display()))
+    };
+    let (text_a, text_b) = match (read(a), read(b)) {
+        (Ok(text_a), Ok(text_b)) => (text_a, text_b),
+        (Err(message), _) | (_, Err(message)) => return fail(2, message),
+    };
+    let options = RunOptions { base_dir: a.parent().map(Path::to_path_buf), ..options };
+    match blis_actors::compare_configs(&text_a, &text_b, &options, data) {
+        Ok((output_a, _, comparisons)) => {
+            let replications = output_a.result.replications.len();
+            print!(
+                "{}",
+                compare::render(
+                    &a.display().to_string(),
+                    &b.display().to_string(),
+                    replications,
+                    &comparisons
+                )
+            );
+            ExitCode::SUCCESS
+        }
+        Err(RunError::Input(error)) => fail(2, error),
+        Err(error) => fail(1, error),
+    }
+}
+
 fn trace_check(file: &Path) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
@@ -390,6 +464,8 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         host,
         base_dir: file.parent().map(Path::to_path_buf),
         export_workload: false,
+        replications: inputs.replications,
+        threads: None,
     };
     let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
         Ok(done) => done,

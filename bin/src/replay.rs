@@ -12,6 +12,9 @@ pub struct Inputs {
     pub scenario: String,
     /// The seed the command line gave, if any.
     pub seed: Option<u64>,
+    /// The replications the command line asked for, if any.
+    #[serde(default)]
+    pub replications: Option<u32>,
     /// The catalog the run used (its content hash).
     pub catalog_sha256: String,
     /// The registry the run used (its content hash).

@@ -3,16 +3,29 @@
 use std::fmt::Write;
 
 use blis_actors::RunOutput;
-use blis_contracts::LatencySummary;
+use blis_contracts::{EstimateRecord, RunResult};
 
-/// The summary of a run: fates, latency table, throughput, prefix-cache hits and preemptions.
+/// The summary of a run: fates, latency estimates with their intervals over replications (or
+/// replication 0's figures when there is one), throughput, prefix-cache hits and preemptions,
+/// what was withheld and why, and the validity-domain flag.
 pub fn render(output: &RunOutput) -> String {
     let r = &output.result;
     let f = &r.fates;
     let mut s = String::new();
     let engines: Vec<String> = r.engines.iter().map(|e| format!("{} {}", e.kind, e.version)).collect();
-    let _ = writeln!(s, "seed {}, engines: {}", r.seed, engines.join(", "));
-    let _ = write!(s, "fates: {} calls = {} completed + {} dropped", f.arrivals, f.completed, f.dropped);
+    let _ = writeln!(
+        s,
+        "seed {}, {} replication{}, engines: {}",
+        r.seed,
+        r.replications.len(),
+        if r.replications.len() == 1 { "" } else { "s" },
+        engines.join(", ")
+    );
+    let _ = write!(
+        s,
+        "fates (replication 0): {} calls = {} completed + {} dropped",
+        f.arrivals, f.completed, f.dropped
+    );
     if f.timed_out > 0 {
         let _ = write!(s, " + {} timed out", f.timed_out);
     }
@@ -22,34 +35,82 @@ pub fn render(output: &RunOutput) -> String {
         let _ = write!(s, " + {} not started", f.not_started);
     }
     s.push('\n');
-    let m = &r.metrics;
-    let _ =
-        writeln!(s, "{:<6} {:>10} {:>10} {:>10} {:>10} {:>9}", "ms", "mean", "p50", "p90", "p99", "samples");
-    let mut row = |name: &str, l: &LatencySummary| {
+    if !r.estimates.is_empty() {
+        latency_table(&mut s, r);
+        let value = |name: &str| r.estimates.get(name).map(|e| with_interval(e, 1));
         let _ = writeln!(
             s,
-            "{name:<6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>9}",
-            l.mean, l.p50, l.p90, l.p99, l.count
+            "throughput: {} output tokens/s, {} requests/s; makespan {} s; {} engine steps (replication 0)",
+            value("output_tokens_per_s").unwrap_or_default(),
+            value("requests_per_s").unwrap_or_default(),
+            value("makespan_s").unwrap_or_default(),
+            r.simulation.engine_steps
         );
-    };
-    row("TTFT", &m.ttft_ms);
-    row("TPOT", &m.tpot_ms);
-    row("ITL", &m.itl_ms);
-    row("E2E", &m.e2e_ms);
-    let _ = writeln!(
-        s,
-        "throughput: {:.1} output tokens/s, {:.2} requests/s over {:.1} s; {} engine steps",
-        m.output_tokens_per_s, m.requests_per_s, m.span_s, r.simulation.engine_steps
-    );
-    let queries: u64 = r.instances.iter().map(|i| i.prefix_cache_queries).sum();
-    let hits: u64 = r.instances.iter().map(|i| i.prefix_cache_hits).sum();
-    let preemptions: u64 = r.instances.iter().map(|i| i.preemptions).sum();
-    if queries > 0 {
-        let rate = hits as f64 / queries as f64 * 100.0;
-        let _ = writeln!(s, "prefix cache: {hits} of {queries} prompt tokens hit ({rate:.1}%)");
+        if let Some(goodput) = value("goodput_requests_per_s") {
+            let _ = writeln!(s, "goodput: {goodput} requests/s meeting the SLOs");
+        }
+        if let Some(rate) = r.estimates.get("prefix_cache_hit_rate") {
+            let _ = writeln!(s, "prefix cache: {} of prompt tokens hit", percent(rate));
+        }
+        if let Some(preemptions) = r.estimates.get("preemptions").filter(|e| e.mean > 0.0) {
+            let _ = writeln!(s, "preemptions: {}", with_interval(preemptions, 1));
+        }
     }
-    if preemptions > 0 {
-        let _ = writeln!(s, "preemptions: {preemptions}");
+    for reason in &r.withheld {
+        let _ = writeln!(s, "withheld: {reason}");
+    }
+    if !r.validity.in_domain {
+        let _ = writeln!(s, "outside the validated domain: {}", r.validity.reasons.join("; "));
     }
     s
+}
+
+/// The latency estimates, one row per metric.
+fn latency_table(s: &mut String, r: &RunResult) {
+    let rows = [("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms")];
+    if !rows.iter().any(|(_, id)| r.estimates.contains_key(&format!("{id}.mean"))) {
+        return;
+    }
+    let n = r.replications.len();
+    let _ = writeln!(
+        s,
+        "{:<6} {:>18} {:>18} {:>18} {:>18}{}",
+        "ms",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        if n > 1 { format!("   (95% intervals over {n} replications)") } else { String::new() }
+    );
+    for (label, id) in rows {
+        let cell = |statistic: &str| {
+            r.estimates
+                .get(&format!("{id}.{statistic}"))
+                .map_or_else(|| "-".to_owned(), |e| with_interval(e, 3))
+        };
+        let _ = writeln!(
+            s,
+            "{label:<6} {:>18} {:>18} {:>18} {:>18}",
+            cell("mean"),
+            cell("p50"),
+            cell("p90"),
+            cell("p99")
+        );
+    }
+}
+
+/// `mean ± half width` with `decimals` decimals.
+fn with_interval(e: &EstimateRecord, decimals: usize) -> String {
+    match e.half_width {
+        Some(h) => format!("{:.*} ± {:.*}", decimals, e.mean, decimals, h),
+        None => format!("{:.*}", decimals, e.mean),
+    }
+}
+
+/// A fraction as a percentage with its interval.
+fn percent(e: &EstimateRecord) -> String {
+    match e.half_width {
+        Some(h) => format!("{:.1}% ± {:.1}", e.mean * 100.0, h * 100.0),
+        None => format!("{:.1}%", e.mean * 100.0),
+    }
 }

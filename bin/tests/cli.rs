@@ -53,13 +53,13 @@ fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
     ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(stdout.contains("fates: 50 calls = 50 completed"), "{stdout}");
+    assert!(stdout.contains("fates (replication 0): 50 calls = 50 completed"), "{stdout}");
     for metric in ["TTFT", "TPOT", "ITL", "E2E", "throughput"] {
         assert!(stdout.contains(metric), "{stdout}");
     }
     let result: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
-    assert_eq!(result["schema"], "blis-actor/result/v0");
+    assert_eq!(result["schema"], "blis-actor/result/v1");
     assert_eq!(result["seed"], 3);
     let calls = std::fs::read_to_string(out.join("calls.jsonl")).unwrap();
     assert_eq!(calls.lines().count(), 50);

@@ -28,6 +28,8 @@ pub enum Fate {
 /// One LLM call as the client saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRecord {
+    /// The replication it belongs to (`calls.jsonl` holds replication 0).
+    pub replication: u32,
     /// The call's name: its request's id for a request of one LLM call, else `<request>/<node>`.
     pub request_id: String,
     /// The request it belongs to.
@@ -55,6 +57,10 @@ pub struct CallRecord {
     /// How it ended.
     #[serde(flatten)]
     pub fate: Fate,
+    /// When the client stopped waiting for it (its answer arrived, or its timeout fired), µs
+    /// of simulated time; absent if it was still outstanding at the end or never sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_us: Option<u64>,
     /// Per output token, µs: element 0 is the time to first token (arrival → first token at
     /// the client), element k the gap between tokens k−1 and k. Empty unless completed.
     pub token_latency_us: Vec<u64>,

@@ -127,13 +127,21 @@ impl FrameSpec {
                 if let Some(v) = value
                     && !(v.is_finite() && v > 0.0)
                 {
-                    return Err(FieldError::new(format!("frame.slo.{field}"), v, "must be a positive number of ms"));
+                    return Err(FieldError::new(
+                        format!("frame.slo.{field}"),
+                        v,
+                        "must be a positive number of ms",
+                    ));
                 }
             }
         }
         let fraction = self.acceptance.min_completed_fraction;
         if !(0.0..=1.0).contains(&fraction) {
-            return Err(FieldError::new("frame.acceptance.min_completed_fraction", fraction, "must be in [0, 1]"));
+            return Err(FieldError::new(
+                "frame.acceptance.min_completed_fraction",
+                fraction,
+                "must be in [0, 1]",
+            ));
         }
         Ok(())
     }

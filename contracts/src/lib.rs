@@ -29,15 +29,17 @@ pub use engine::{
 };
 pub use error::{FieldError, join_path};
 pub use frame::{
-    Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp, WarmUpRecord,
+    Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp,
+    WarmUpRecord,
 };
 pub use metric::{METRICS, MetricDefinition, metric};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
-    DataRecord, FateCounts, InstanceRecord, LatencySummary, Metrics, PricingRecord, RESULT_SCHEMA, RunResult,
-    ScenarioRecord, SimulationRecord,
+    DataRecord, EstimateRecord, FateCounts, InstanceRecord, LatencySummary, Metrics, OverloadRecord,
+    PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult, ScenarioRecord, SimulationRecord,
+    ValidityRecord,
 };
 pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,

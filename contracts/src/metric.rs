@@ -25,7 +25,8 @@ pub struct MetricDefinition {
 }
 
 const LATENCY: &str = "mean, p50, p90, p99 (nearest rank: pX is the smallest value with at least X% of the values at or below it)";
-const MEASURED: &str = "the measured window: from the end of the warm-up (none for terminating runs) to the end of the run";
+const MEASURED: &str =
+    "the measured window: from the end of the warm-up (none for terminating runs) to the end of the run";
 
 /// Every metric, in the order the Result and the summary list them.
 pub const METRICS: &[MetricDefinition] = &[

@@ -1,14 +1,18 @@
-//! The Result document, `result.json` (schema `blis-actor/result/v0`).
+//! The Result document, `result.json` (schema `blis-actor/result/v1`).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineIdentity;
+use crate::frame::FrameRecord;
 
 /// The schema identifier written in every Result.
-pub const RESULT_SCHEMA: &str = "blis-actor/result/v0";
+pub const RESULT_SCHEMA: &str = "blis-actor/result/v1";
 
-/// A run's result.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A run's result: replication 0's own figures, estimates over all replications, each
+/// replication's summary and mergeable histograms, and the frame that produced them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunResult {
     /// Always [`RESULT_SCHEMA`].
     pub schema: String,
@@ -24,14 +28,84 @@ pub struct RunResult {
     pub data: DataRecord,
     /// How much of the priced time each rank of coefficient priced.
     pub pricing: PricingRecord,
-    /// How every request ended.
+    /// The experimental frame.
+    pub frame: FrameRecord,
+    /// Whether the model, chip, layout and load lie where the cost model's data is trusted.
+    pub validity: ValidityRecord,
+    /// How every call of replication 0 ended.
     pub fates: FateCounts,
-    /// Latency and throughput over the completed requests.
-    pub metrics: Metrics,
-    /// Each engine instance's own counters, as its `/metrics` reports them at the end.
+    /// Replication 0's figures over its measured window; absent when the acceptance conditions
+    /// failed (see `withheld`).
+    pub metrics: Option<Metrics>,
+    /// Per metric statistic (`ttft_ms.p99`, `output_tokens_per_s`, …): the estimate with its
+    /// interval over replications (over batch means for a steady-state run); empty when
+    /// figures are withheld.
+    pub estimates: BTreeMap<String, EstimateRecord>,
+    /// What was withheld and why (a failed acceptance condition, an overload).
+    pub withheld: Vec<String>,
+    /// Each replication's seed, fates, figures, histograms and overload assessment.
+    pub replications: Vec<ReplicationRecord>,
+    /// Replication 0's engine instances' own counters at the end.
     pub instances: Vec<InstanceRecord>,
-    /// What the simulation did.
+    /// What replication 0's simulation did.
     pub simulation: SimulationRecord,
+}
+
+/// One estimate with its confidence interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EstimateRecord {
+    /// The point estimate (mean over replications or batches).
+    pub mean: f64,
+    /// Half the interval's width (absent with one value).
+    pub half_width: Option<f64>,
+    /// Values it rests on.
+    pub n: u64,
+    /// The interval's confidence level.
+    pub level: f64,
+}
+
+/// One replication's summary.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplicationRecord {
+    /// Its seed.
+    pub seed: u64,
+    /// How its calls ended.
+    pub fates: FateCounts,
+    /// Its figures (latency summaries absent when it was overloaded).
+    pub metrics: Metrics,
+    /// Calls sent before this time were discarded as warm-up, µs.
+    pub warm_up_before_us: u64,
+    /// Whether its backlog kept growing, and the evidence.
+    pub overload: OverloadRecord,
+    /// Mergeable latency histograms of its measured window, µs: `ttft`, `tpot`, `itl`, `e2e`
+    /// (the form is in `docs/RESULT.md`).
+    pub histograms: serde_json::Value,
+    /// Simulated time of its last event, µs.
+    pub end_time_us: u64,
+    /// Engine steps it ran.
+    pub engine_steps: u64,
+}
+
+/// The overload assessment of one replication.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverloadRecord {
+    /// Whether the backlog keeps growing.
+    pub overloaded: bool,
+    /// Least-squares growth of the backlog over the second half of the offered load, calls
+    /// per second (absent when the run was too short to judge).
+    pub backlog_growth_per_s: Option<f64>,
+    /// The backlog at the end of the offered load, calls.
+    pub final_backlog: f64,
+}
+
+/// Where the run lies against the data the cost model trusts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ValidityRecord {
+    /// Whether every step was priced by calibrated or measured coefficients within their fit
+    /// ranges.
+    pub in_domain: bool,
+    /// Why not, one reason per line.
+    pub reasons: Vec<String>,
 }
 
 /// One engine instance's counters at the end of a run.
@@ -48,6 +122,10 @@ pub struct InstanceRecord {
     pub prefix_cache_queries: u64,
     /// Those found cached (`vllm:prefix_cache_hits`).
     pub prefix_cache_hits: u64,
+    /// Time average of the KV-cache usage over the run, 0–1.
+    pub kv_usage_mean: f64,
+    /// Highest KV-cache usage seen, 0–1.
+    pub kv_usage_peak: f64,
 }
 
 /// The scenario behind a result.
@@ -145,23 +223,39 @@ pub struct LatencySummary {
     pub p99: f64,
 }
 
-/// The run's metrics. Latencies cover completed requests only; requests unfinished at a horizon
-/// are counted in the fates and excluded here.
+/// One replication's figures, as `contracts::METRICS` defines them. Latencies cover completed
+/// calls only; calls unfinished at a horizon are counted in the fates and excluded here. The
+/// latency summaries are absent when the run was overloaded (their values would only measure
+/// how long the run lasted).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
-    /// Time to first token: arrival at the client's send to the first token back, per request.
-    pub ttft_ms: LatencySummary,
-    /// Time per output token: `(e2e − ttft) / (output − 1)`, per request with ≥ 2 output tokens.
-    pub tpot_ms: LatencySummary,
-    /// Inter-token latency: every gap between consecutive tokens, pooled over requests.
-    pub itl_ms: LatencySummary,
-    /// End to end: send to last token, per request.
-    pub e2e_ms: LatencySummary,
-    /// Output tokens of completed requests per second of the measured span.
+    /// Time to first token.
+    pub ttft_ms: Option<LatencySummary>,
+    /// Time per output token.
+    pub tpot_ms: Option<LatencySummary>,
+    /// Inter-token latency.
+    pub itl_ms: Option<LatencySummary>,
+    /// End to end, per call.
+    pub e2e_ms: Option<LatencySummary>,
+    /// End to end over output tokens, per call.
+    pub normalized_e2e_ms: Option<LatencySummary>,
+    /// End to end, per request (a DAG's whole time).
+    pub request_e2e_ms: Option<LatencySummary>,
+    /// First send to last completion, seconds.
+    pub makespan_s: f64,
+    /// Output tokens of completed calls per second of the measured span.
     pub output_tokens_per_s: f64,
-    /// Completed requests per second of the measured span.
+    /// Completed calls per second of the measured span.
     pub requests_per_s: f64,
-    /// The measured span: first arrival to last completion, seconds.
+    /// Completed calls meeting the SLOs per second of the measured span (absent without SLOs).
+    pub goodput_requests_per_s: Option<f64>,
+    /// Prefix-cache hits over lookups (absent without lookups).
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// Preemptions over all instances.
+    pub preemptions: u64,
+    /// Time-averaged KV-cache usage, averaged over instances.
+    pub kv_utilisation: f64,
+    /// The measured span: first send to last completion in the window, seconds.
     pub span_s: f64,
 }
 

@@ -49,6 +49,15 @@ pub enum ReplayFormat {
     Jsonl,
 }
 
+impl ReplayFormat {
+    /// The name a scenario uses for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplayFormat::Jsonl => "jsonl",
+        }
+    }
+}
+
 /// One client: a synthetic traffic description.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,75 @@
+//! Comparing two configurations on common random numbers: both run the same replications with
+//! the same seeds, so every replication of B is paired with its twin of A, and each metric is
+//! judged better, worse or not distinguished from the paired differences.
+
+use blis_contracts::{FieldError, Scenario, metric};
+use blis_costmodel::CostData;
+
+use crate::figures::scalars;
+use crate::run::{RunError, RunOptions, RunOutput, run_observed};
+use crate::stats::compare::{Comparison, Direction, compare_paired};
+use crate::stats::interval::DEFAULT_LEVEL;
+
+/// One metric of a comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricComparison {
+    /// `metric.statistic`, as in the Result's estimates.
+    pub name: String,
+    /// Mean over A's replications.
+    pub a: f64,
+    /// Mean over B's replications.
+    pub b: f64,
+    /// B − A with its interval, and the verdict for B.
+    pub comparison: Comparison,
+}
+
+/// Run `a` and `b` (scenario texts) on the same seed and replications — A's seed and frame
+/// unless `options` overrides them — and compare every metric both report in every replication.
+pub fn compare_configs(
+    a: &str,
+    b: &str,
+    options: &RunOptions,
+    data: &CostData,
+) -> Result<(RunOutput, RunOutput, Vec<MetricComparison>), RunError> {
+    let scenario_a = Scenario::parse(a).map_err(|e| RunError::Input(e.within("A")))?;
+    let options = RunOptions {
+        seed: options.seed.or(scenario_a.seed),
+        replications: Some(options.replications.unwrap_or_else(|| scenario_a.frame.replications())),
+        ..options.clone()
+    };
+    if options.replications == Some(1) {
+        return Err(RunError::Input(FieldError::new(
+            "--replications",
+            1,
+            "a comparison needs at least 2 paired replications to judge a difference",
+        )));
+    }
+    let run = |text: &str, side: &str| {
+        run_observed(text, options.clone(), data, Vec::new(), &mut |_| {}).map(|(output, _)| output).map_err(
+            |e| match e {
+                RunError::Input(e) => RunError::Input(e.within(side)),
+                other => other,
+            },
+        )
+    };
+    let (output_a, output_b) = (run(a, "A")?, run(b, "B")?);
+    let values = |output: &RunOutput| -> Vec<Vec<(String, Option<f64>)>> {
+        output.result.replications.iter().map(|r| scalars(&r.metrics)).collect()
+    };
+    let (values_a, values_b) = (values(&output_a), values(&output_b));
+    let mut comparisons = Vec::new();
+    for (k, (name, _)) in values_a[0].iter().enumerate() {
+        let series =
+            |all: &[Vec<(String, Option<f64>)>]| all.iter().map(|r| r[k].1).collect::<Option<Vec<f64>>>();
+        let (Some(xs), Some(ys)) = (series(&values_a), series(&values_b)) else { continue };
+        let id = name.split('.').next().unwrap_or(name);
+        let direction = match metric(id).map(|m| m.lower_is_better) {
+            Some(false) => Direction::HigherIsBetter,
+            _ => Direction::LowerIsBetter,
+        };
+        let Ok(comparison) = compare_paired(&xs, &ys, direction, DEFAULT_LEVEL) else { continue };
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        comparisons.push(MetricComparison { name: name.clone(), a: mean(&xs), b: mean(&ys), comparison });
+    }
+    Ok((output_a, output_b, comparisons))
+}

@@ -1,0 +1,284 @@
+//! From replications to figures: each replication's warm-up, overload assessment, metrics and
+//! histograms; estimates with intervals across replications (or batch means within one
+//! steady-state run); the acceptance conditions; the validity-domain flag.
+
+use std::collections::BTreeMap;
+
+use blis_contracts::{
+    AcceptanceOutcome, CallRecord, EstimateRecord, Fate, FrameSpec, LatencySummary, Metrics, OverloadRecord,
+    Rank, RankShares, ReplicationRecord, RunKind, ValidityRecord, WarmUp,
+};
+use serde_json::json;
+
+use crate::metrics::{metrics, tpot_us};
+use crate::replication::ReplicationRun;
+use crate::stats::batch_means::{DEFAULT_BATCHES, batch_means};
+use crate::stats::histogram::LatencyHistogram;
+use crate::stats::interval::{DEFAULT_LEVEL, estimate};
+use crate::stats::overload::assess_overload;
+use crate::stats::warmup::mser5;
+
+/// Backlog samples taken over the offered load for the overload assessment.
+const BACKLOG_SAMPLES: usize = 200;
+
+/// One replication's figures.
+pub fn replication_record(run: &ReplicationRun, frame: &FrameSpec) -> ReplicationRecord {
+    let warm_up_before_us = warm_up_end(&run.calls, frame.warm_up());
+    let window: Vec<&CallRecord> = run.calls.iter().filter(|c| c.arrival_us >= warm_up_before_us).collect();
+    let overload = overload(&run.calls, run.last_arrival_us);
+    let withhold = overload.overloaded && !frame.acceptance.allow_overload;
+    let metrics = metrics(&window, &run.calls, &run.instances, frame.slo.as_ref(), withhold);
+    ReplicationRecord {
+        seed: run.seed,
+        fates: run.fates,
+        metrics,
+        warm_up_before_us,
+        overload,
+        histograms: histograms(&window),
+        end_time_us: run.simulation.end_time_us,
+        engine_steps: run.simulation.engine_steps,
+    }
+}
+
+/// The time before which calls are warm-up, µs.
+fn warm_up_end(calls: &[CallRecord], method: WarmUp) -> u64 {
+    match method {
+        WarmUp::None => 0,
+        WarmUp::Fixed { seconds } => (seconds * 1e6).ceil() as u64,
+        WarmUp::Mser5 => {
+            let mut completed: Vec<(u64, f64)> =
+                calls.iter().filter_map(|c| c.ttft_us().map(|t| (c.arrival_us, t as f64))).collect();
+            completed.sort_by_key(|&(at, _)| at);
+            let series: Vec<f64> = completed.iter().map(|&(_, t)| t).collect();
+            match mser5(&series) {
+                Ok(cut) if cut.discard > 0 && cut.discard < completed.len() => completed[cut.discard].0,
+                _ => 0,
+            }
+        }
+    }
+}
+
+/// Outstanding calls over the offered load (until the last arrival), and whether they keep
+/// growing.
+fn overload(calls: &[CallRecord], last_arrival_us: u64) -> OverloadRecord {
+    let mut events: Vec<(u64, i64)> = Vec::with_capacity(2 * calls.len());
+    for call in calls.iter().filter(|c| c.fate != Fate::NotStarted) {
+        events.push((call.arrival_us, 1));
+        if let Some(settled) = call.settled_us {
+            events.push((settled, -1));
+        }
+    }
+    events.sort_unstable();
+    let mut samples = Vec::with_capacity(BACKLOG_SAMPLES);
+    let (mut backlog, mut next) = (0i64, 0);
+    for k in 1..=BACKLOG_SAMPLES {
+        let t = last_arrival_us as f64 * k as f64 / BACKLOG_SAMPLES as f64;
+        while next < events.len() && (events[next].0 as f64) <= t {
+            backlog += events[next].1;
+            next += 1;
+        }
+        samples.push((t / 1e6, backlog as f64));
+    }
+    let final_backlog = samples.last().map_or(0.0, |&(_, b)| b);
+    match assess_overload(&samples) {
+        Ok(assessment) => OverloadRecord {
+            overloaded: assessment.overloaded,
+            backlog_growth_per_s: Some(assessment.slope),
+            final_backlog,
+        },
+        Err(_) => OverloadRecord { overloaded: false, backlog_growth_per_s: None, final_backlog },
+    }
+}
+
+/// Mergeable histograms of the window's latencies, µs.
+fn histograms(window: &[&CallRecord]) -> serde_json::Value {
+    let (mut ttft, mut tpot, mut itl, mut e2e) =
+        (LatencyHistogram::new(), LatencyHistogram::new(), LatencyHistogram::new(), LatencyHistogram::new());
+    for call in window.iter().filter(|c| c.fate == Fate::Completed) {
+        if let Some(t) = call.ttft_us() {
+            ttft.record(t);
+        }
+        if let Some(t) = tpot_us(call) {
+            tpot.record(t.round() as u64);
+        }
+        for &gap in call.token_latency_us.iter().skip(1) {
+            itl.record(gap);
+        }
+        if let Some(t) = call.e2e_us() {
+            e2e.record(t);
+        }
+    }
+    json!({ "ttft_us": ttft, "tpot_us": tpot, "itl_us": itl, "e2e_us": e2e })
+}
+
+/// The scalar figures of one replication, named `metric.statistic` for latency summaries.
+pub(crate) fn scalars(metrics: &Metrics) -> Vec<(String, Option<f64>)> {
+    let mut out = Vec::new();
+    let latencies: [(&str, &Option<LatencySummary>); 6] = [
+        ("ttft_ms", &metrics.ttft_ms),
+        ("tpot_ms", &metrics.tpot_ms),
+        ("itl_ms", &metrics.itl_ms),
+        ("e2e_ms", &metrics.e2e_ms),
+        ("normalized_e2e_ms", &metrics.normalized_e2e_ms),
+        ("request_e2e_ms", &metrics.request_e2e_ms),
+    ];
+    for (id, summary) in latencies {
+        let usable = summary.filter(|s| s.count > 0);
+        for (statistic, value) in [
+            ("mean", usable.map(|s| s.mean)),
+            ("p50", usable.map(|s| s.p50)),
+            ("p90", usable.map(|s| s.p90)),
+            ("p99", usable.map(|s| s.p99)),
+        ] {
+            out.push((format!("{id}.{statistic}"), value));
+        }
+    }
+    out.push(("makespan_s".into(), Some(metrics.makespan_s)));
+    out.push(("output_tokens_per_s".into(), Some(metrics.output_tokens_per_s)));
+    out.push(("requests_per_s".into(), Some(metrics.requests_per_s)));
+    out.push(("goodput_requests_per_s".into(), metrics.goodput_requests_per_s));
+    out.push(("prefix_cache_hit_rate".into(), metrics.prefix_cache_hit_rate));
+    out.push(("preemptions".into(), Some(metrics.preemptions as f64)));
+    out.push(("kv_utilisation".into(), Some(metrics.kv_utilisation)));
+    out
+}
+
+/// Estimates across replications: each scalar with a t interval over the replications that
+/// have it (a metric withheld in any replication is left out). A steady-state run of one
+/// replication gets batch-means intervals for the latency means.
+pub fn estimates(
+    records: &[ReplicationRecord],
+    first: &ReplicationRun,
+    kind: RunKind,
+) -> BTreeMap<String, EstimateRecord> {
+    let mut by_name: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
+    for record in records {
+        for (name, value) in scalars(&record.metrics) {
+            by_name.entry(name).or_default().push(value);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (name, values) in by_name {
+        let Some(values) = values.into_iter().collect::<Option<Vec<f64>>>() else { continue };
+        if let Ok(e) = estimate(&values, DEFAULT_LEVEL) {
+            out.insert(
+                name,
+                EstimateRecord { mean: e.mean, half_width: e.half_width, n: e.n as u64, level: e.level },
+            );
+        }
+    }
+    if kind == RunKind::SteadyState && records.len() == 1 && records[0].metrics.ttft_ms.is_some() {
+        let window: Vec<&CallRecord> = first
+            .calls
+            .iter()
+            .filter(|c| c.arrival_us >= records[0].warm_up_before_us && c.fate == Fate::Completed)
+            .collect();
+        let series: [(&str, Vec<f64>); 3] = [
+            ("ttft_ms.mean", window.iter().filter_map(|c| c.ttft_us()).map(|t| t as f64 / 1e3).collect()),
+            ("tpot_ms.mean", window.iter().filter_map(|c| tpot_us(c)).map(|t| t / 1e3).collect()),
+            ("e2e_ms.mean", window.iter().filter_map(|c| c.e2e_us()).map(|t| t as f64 / 1e3).collect()),
+        ];
+        for (name, values) in series {
+            if let Ok(batches) = batch_means(&values, DEFAULT_BATCHES, DEFAULT_LEVEL) {
+                let e = batches.estimate;
+                out.insert(
+                    name.to_owned(),
+                    EstimateRecord { mean: e.mean, half_width: e.half_width, n: e.n as u64, level: e.level },
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The acceptance conditions over every replication, and what they withhold.
+pub fn acceptance(records: &[ReplicationRecord], frame: &FrameSpec) -> (Vec<AcceptanceOutcome>, Vec<String>) {
+    let mut outcomes = Vec::new();
+    let mut withheld = Vec::new();
+    let conserved = records.iter().all(|r| r.fates.conserved());
+    outcomes.push(AcceptanceOutcome {
+        condition: "every call has exactly one fate".into(),
+        met: conserved,
+        detail: format!("{} replications checked", records.len()),
+    });
+    let fraction = frame.acceptance.min_completed_fraction;
+    if fraction > 0.0 {
+        let worst =
+            records
+                .iter()
+                .map(|r| {
+                    if r.fates.arrivals == 0 {
+                        0.0
+                    } else {
+                        r.fates.completed as f64 / r.fates.arrivals as f64
+                    }
+                })
+                .fold(f64::INFINITY, f64::min);
+        let met = worst >= fraction;
+        outcomes.push(AcceptanceOutcome {
+            condition: format!("at least {:.1}% of calls complete", fraction * 100.0),
+            met,
+            detail: format!("lowest over replications: {:.2}%", worst * 100.0),
+        });
+        if !met {
+            withheld.push(format!(
+                "all figures: only {:.2}% of calls completed in the worst replication (the frame asks for {:.1}%)",
+                worst * 100.0,
+                fraction * 100.0
+            ));
+        }
+    }
+    let overloaded: Vec<String> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.overload.overloaded)
+        .map(|(i, r)| {
+            format!(
+                "replication {i} (backlog growing by {:.2} calls/s to {:.0})",
+                r.overload.backlog_growth_per_s.unwrap_or(0.0),
+                r.overload.final_backlog
+            )
+        })
+        .collect();
+    outcomes.push(AcceptanceOutcome {
+        condition: "not overloaded (the backlog does not keep growing)".into(),
+        met: overloaded.is_empty(),
+        detail: if overloaded.is_empty() {
+            "no replication overloaded".into()
+        } else {
+            overloaded.join("; ")
+        },
+    });
+    if !overloaded.is_empty() && !frame.acceptance.allow_overload {
+        withheld.push(format!(
+            "latency figures: overloaded — {}; latencies would only measure how long the run lasted",
+            overloaded.join("; ")
+        ));
+    }
+    (outcomes, withheld)
+}
+
+/// Whether the run's prices came from trusted data.
+pub fn validity(priced: &RankShares) -> ValidityRecord {
+    let total = priced.total();
+    let trusted = priced.get(Rank::Measured) + priced.get(Rank::Calibrated);
+    let mut reasons = Vec::new();
+    if total > 0.0 {
+        for rank in Rank::ALL.iter().filter(|r| !matches!(r, Rank::Measured | Rank::Calibrated)) {
+            let share = priced.get(*rank) / total;
+            if share > 0.0 {
+                reasons.push(format!(
+                    "{:.1}% of the priced step time comes from {}-rank coefficients{}",
+                    share * 100.0,
+                    rank.as_str(),
+                    match rank {
+                        Rank::Transferred => " (calibrated ones used outside their fit range)",
+                        Rank::Roofline => " (datasheet physics, not calibrated against real runs)",
+                        _ => "",
+                    }
+                ));
+            }
+        }
+    }
+    ValidityRecord { in_domain: total > 0.0 && trusted / total >= 0.999, reasons }
+}

@@ -1,0 +1,213 @@
+//! One replication: assemble the scenario with one seed, simulate it to its end (or horizon),
+//! and account for every call.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use blis_contracts::{
+    CallRecord, EngineIdentity, Fate, FateCounts, FieldError, InstanceRecord, RankShares, RequestSpec,
+    Scenario, SimulationRecord,
+};
+use blis_costmodel::CostData;
+use blis_kernel::{ActorId, Envelope, Observer, RunEnd, SimDuration, SimTime};
+use sha2::{Digest, Sha256};
+
+use crate::assembly::{AssemblyOptions, assemble};
+use crate::client::Client;
+use crate::engine_host::EngineHost;
+use crate::message::ClusterMessage;
+use crate::run::{Observers, Progress, RunError};
+
+/// Simulated time between progress reports.
+const PROGRESS_EVERY: SimDuration = SimDuration::from_secs(1);
+
+/// The seed of replication `index` of a run seeded with `seed`: the seed itself for
+/// replication 0, otherwise the first 8 bytes (little-endian) of
+/// SHA-256("blis-actor/replication/v1" ‖ seed ‖ index), both as little-endian u64.
+pub fn replication_seed(seed: u64, index: u32) -> u64 {
+    if index == 0 {
+        return seed;
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(b"blis-actor/replication/v1");
+    hasher.update(seed.to_le_bytes());
+    hasher.update(u64::from(index).to_le_bytes());
+    let digest = hasher.finalize();
+    u64::from_le_bytes(digest[..8].try_into().expect("a digest has 8 bytes"))
+}
+
+/// What one replication produced.
+pub struct ReplicationRun {
+    /// Its seed.
+    pub seed: u64,
+    /// Every call of every request that arrived.
+    pub calls: Vec<CallRecord>,
+    /// Their fates.
+    pub fates: FateCounts,
+    /// The engine instances' counters.
+    pub instances: Vec<InstanceRecord>,
+    /// Priced step time by rank.
+    pub priced: RankShares,
+    /// What the kernel did.
+    pub simulation: SimulationRecord,
+    /// The requests each client released, when asked to keep them.
+    pub workloads: Vec<(String, Vec<RequestSpec>)>,
+    /// The resolved scenario.
+    pub resolved: serde_json::Value,
+    /// The upstream engines modelled.
+    pub identities: Vec<EngineIdentity>,
+    /// Requests the clients were to send, when known.
+    pub expected_requests: Option<u64>,
+    /// When the last request arrived, µs (the end of the offered load).
+    pub last_arrival_us: u64,
+}
+
+/// Counts answers reaching clients, for progress.
+struct AnswerCounter {
+    clients: Vec<ActorId>,
+    answered: Rc<Cell<u64>>,
+}
+
+impl Observer<ClusterMessage> for AnswerCounter {
+    fn on_delivery(&mut self, envelope: &Envelope<ClusterMessage>) {
+        if !matches!(envelope.payload, ClusterMessage::Request(_))
+            && self.clients.binary_search(&envelope.to).is_ok()
+        {
+            self.answered.set(self.answered.get() + 1);
+        }
+    }
+}
+
+/// Run replication `index` of `scenario` with `seed`; `observers` watch it and are handed back.
+pub fn run_replication(
+    scenario: &Scenario,
+    index: u32,
+    seed: u64,
+    data: &CostData,
+    options: &AssemblyOptions,
+    observers: Observers,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(ReplicationRun, Observers), RunError> {
+    let cluster = assemble(scenario, seed, data, options).map_err(RunError::Input)?;
+    let mut simulation = cluster.simulation;
+    let answered = Rc::new(Cell::new(0));
+    let mut clients_sorted = cluster.clients.clone();
+    clients_sorted.sort();
+    simulation.observe(AnswerCounter { clients: clients_sorted, answered: answered.clone() });
+    for observer in observers {
+        simulation.observe_boxed(observer);
+    }
+    let total = cluster.expected_requests.unwrap_or(0);
+    let horizon = match scenario.horizon_s {
+        Some(h) => SimDuration::from_secs_ceil(h)
+            .map(|d| SimTime::ZERO.saturating_add(d))
+            .map_err(|e| RunError::Input(FieldError::new("horizon_s", h, e.to_string())))?,
+        None => SimTime::MAX,
+    };
+    let mut checkpoint = SimTime::ZERO;
+    let end = loop {
+        checkpoint = checkpoint.saturating_add(PROGRESS_EVERY).min(horizon);
+        let end = simulation.run_until(checkpoint).map_err(RunError::Kernel)?;
+        progress(Progress { simulated: simulation.now().time, answered: answered.get(), total });
+        match end {
+            RunEnd::Horizon { at } if at < horizon => continue,
+            end => break end,
+        }
+    };
+    if let RunEnd::Halted { at, actor, reason } = &end
+        && actor.as_str() != "observer"
+    {
+        return Err(RunError::Stalled {
+            instance: actor.clone(),
+            at_us: at.as_micros(),
+            reason: reason.clone(),
+        });
+    }
+    let end_time = match end {
+        RunEnd::Horizon { at } | RunEnd::Quiescent { at } | RunEnd::Halted { at, .. } => at,
+    };
+    let kernel_stats = simulation.stats();
+    let mut finished = simulation.finish();
+    let observers: Observers = finished.observers.drain(1..).collect();
+
+    let mut engine_steps = 0;
+    let mut priced = RankShares::default();
+    let mut started = Vec::new();
+    let mut instances = Vec::new();
+    for &id in &cluster.engines {
+        let host = finished.take_actor::<EngineHost>(id).expect("engine ids hold engine hosts");
+        let counters = host.engine().counters();
+        let metrics = host.engine().metrics();
+        let (kv_usage_mean, kv_usage_peak) = host.kv_usage(end_time);
+        instances.push(InstanceRecord {
+            name: host.name().to_owned(),
+            steps: counters.steps,
+            preemptions: counters.preemptions,
+            prefix_cache_queries: metrics.prefix_cache_queries,
+            prefix_cache_hits: metrics.prefix_cache_hits,
+            kv_usage_mean,
+            kv_usage_peak,
+        });
+        engine_steps += counters.steps;
+        priced.merge(host.priced());
+        started.extend(host.engine().scheduler().held().filter(|&(_, s)| s).map(|(key, _)| key));
+        started.extend_from_slice(host.answered());
+    }
+    started.sort_unstable();
+    let mut calls = Vec::new();
+    let mut workloads = Vec::new();
+    let mut last_arrival_us = 0;
+    for &id in &cluster.clients {
+        let mut client = finished.take_actor::<Client>(id).expect("client ids hold clients");
+        if let Some(error) = client.source_error() {
+            return Err(RunError::Input(error.clone()));
+        }
+        last_arrival_us = last_arrival_us.max(client.last_arrival_us());
+        if let Some(released) = client.take_released() {
+            workloads.push((client.name().to_owned(), released));
+        }
+        calls.extend(client.records(index, |key| {
+            if started.binary_search(&key).is_ok() { Fate::InFlightAtHorizon } else { Fate::QueuedAtHorizon }
+        }));
+    }
+    let mut fates = FateCounts::default();
+    for call in &calls {
+        fates.count(&call.fate);
+    }
+    debug_assert!(fates.conserved());
+    let run = ReplicationRun {
+        seed,
+        calls,
+        fates,
+        instances,
+        priced,
+        simulation: SimulationRecord {
+            end_time_us: end_time.as_micros(),
+            engine_steps,
+            rounds: kernel_stats.rounds,
+            messages: kernel_stats.messages,
+        },
+        workloads,
+        resolved: cluster.resolved,
+        identities: cluster.identities,
+        expected_requests: cluster.expected_requests,
+        last_arrival_us,
+    };
+    Ok((run, observers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replication_seeds_are_fixed_and_distinct() {
+        assert_eq!(replication_seed(7, 0), 7);
+        let seeds: Vec<u64> = (0..50).map(|r| replication_seed(7, r)).collect();
+        let mut sorted = seeds.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 50);
+        assert_ne!(replication_seed(7, 1), replication_seed(8, 1));
+    }
+}

@@ -1,0 +1,138 @@
+//! The experimental frame in whole runs: replications independent of the thread count,
+//! intervals over replications, a steady-state run's warm-up and batch means, overload that
+//! withholds latency figures, acceptance conditions that withhold everything, and comparisons
+//! of two configurations on common random numbers.
+
+use blis_actors::stats::compare::Verdict;
+use blis_actors::{RunOptions, RunOutput, compare_configs, run};
+use blis_contracts::RunKind;
+use blis_costmodel::CostData;
+
+fn scenario(frame: &str, horizon: &str, replicas: u32, rate: f64, requests: u64) -> String {
+    format!(
+        r#"
+seed: 4
+{horizon}
+frame: {{ {frame} }}
+cluster:
+  router: {{ policy: round-robin }}
+  pools:
+    - name: p
+      replicas: {replicas}
+      hardware: {{ chip: H100-SXM }}
+      model: Llama-3.1-8B
+      engine: {{ kind: vllm, version: "0.15.1", args: {{ max_model_len: 8192 }} }}
+workload:
+  clients:
+    - name: a
+      requests: {requests}
+      arrival: {{ process: poisson, rate_per_s: {rate} }}
+      input_tokens: {{ dist: uniform, min: 100, max: 3000 }}
+      output_tokens: {{ dist: uniform, min: 20, max: 400 }}
+"#
+    )
+}
+
+fn run_with(text: &str, threads: usize) -> RunOutput {
+    run(text, RunOptions { threads: Some(threads), ..RunOptions::default() }, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn replications_are_identical_whatever_the_thread_count_and_give_intervals() {
+    let text = scenario("replications: 4", "", 1, 8.0, 150);
+    let (one, two) = (run_with(&text, 1), run_with(&text, 2));
+    assert_eq!(one.result_json(), two.result_json());
+    assert_eq!(one.calls_jsonl(), two.calls_jsonl());
+    let result = &one.result;
+    assert_eq!(result.replications.len(), 4);
+    assert_eq!(result.frame.seeds[0], 4, "replication 0 runs on the scenario seed");
+    let seeds = &result.frame.seeds;
+    assert!(seeds.windows(2).all(|w| w[0] != w[1]));
+    let ttft = result.estimates["ttft_ms.mean"];
+    assert_eq!(ttft.n, 4);
+    let half = ttft.half_width.expect("four replications give an interval");
+    // The interval is the t interval of the four replication means.
+    let means: Vec<f64> = result.replications.iter().map(|r| r.metrics.ttft_ms.unwrap().mean).collect();
+    let mean = means.iter().sum::<f64>() / 4.0;
+    let sd = (means.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
+    assert!((ttft.mean - mean).abs() < 1e-9);
+    assert!((half - 3.182_446_305 * sd / 2.0).abs() < 1e-6 * half.max(1.0), "{half}");
+    // Replication 0's own figures are the Result's metrics.
+    assert_eq!(result.metrics.as_ref().unwrap(), &result.replications[0].metrics);
+}
+
+#[test]
+fn a_steady_state_run_discards_a_warm_up_and_uses_batch_means() {
+    let text = scenario("kind: steady-state", "horizon_s: 600", 1, 6.0, 100_000);
+    let output = run_with(&text, 2);
+    let result = &output.result;
+    assert_eq!(result.frame.kind, RunKind::SteadyState);
+    assert_eq!(result.replications.len(), 1);
+    let ttft = result.estimates["ttft_ms.mean"];
+    assert_eq!(ttft.n, 20, "twenty batch means");
+    assert!(ttft.half_width.is_some());
+    assert!(!result.replications[0].overload.overloaded);
+    let cut = result.replications[0].warm_up_before_us;
+    assert_eq!(result.frame.warm_up.discarded_before_us, vec![cut]);
+    assert!(cut < 300_000_000, "the warm-up is a small part of the run: {cut} µs");
+}
+
+#[test]
+fn an_overloaded_run_reports_throughput_but_withholds_latencies() {
+    // One instance offered ~4x what it can serve, cut at a horizon.
+    let text = scenario("replications: 2", "horizon_s: 120", 1, 60.0, 100_000);
+    let output = run_with(&text, 2);
+    let result = &output.result;
+    assert!(
+        result.replications.iter().all(|r| r.overload.overloaded),
+        "{:?}",
+        result.replications[0].overload
+    );
+    let metrics = result.metrics.as_ref().unwrap();
+    assert!(metrics.ttft_ms.is_none() && metrics.e2e_ms.is_none());
+    assert!(metrics.output_tokens_per_s > 0.0);
+    assert!(
+        !result.estimates.contains_key("ttft_ms.mean")
+            && result.estimates.contains_key("output_tokens_per_s")
+    );
+    assert!(
+        result.withheld.iter().any(|w| w.starts_with("latency figures: overloaded")),
+        "{:?}",
+        result.withheld
+    );
+    // Without overload (a tenth of the load) nothing is withheld.
+    let calm = run_with(&scenario("replications: 2", "horizon_s: 120", 1, 6.0, 100_000), 2);
+    assert!(calm.result.withheld.is_empty() && calm.result.estimates.contains_key("ttft_ms.p99"));
+}
+
+#[test]
+fn a_failed_acceptance_condition_withholds_every_figure() {
+    // A 60 s horizon on 2,000 requests at 20/s leaves most unfinished.
+    let text = scenario(
+        "replications: 2, acceptance: { min_completed_fraction: 0.99, allow_overload: true }",
+        "horizon_s: 60",
+        1,
+        20.0,
+        2_000,
+    );
+    let result = run_with(&text, 2).result;
+    assert!(result.metrics.is_none() && result.estimates.is_empty());
+    assert!(result.withheld[0].starts_with("all figures: only"), "{:?}", result.withheld);
+    let condition =
+        result.frame.acceptance.iter().find(|a| a.condition.contains("of calls complete")).unwrap();
+    assert!(!condition.met);
+}
+
+#[test]
+fn two_configurations_are_judged_on_paired_replications() {
+    let one = scenario("replications: 4", "", 1, 8.0, 150);
+    let two = scenario("replications: 4", "", 2, 8.0, 150);
+    let options = RunOptions { threads: Some(2), ..RunOptions::default() };
+    let data = CostData::embedded();
+    let (_, _, same) = compare_configs(&one, &one, &options, &data).unwrap();
+    assert!(same.iter().all(|c| c.comparison.verdict == Verdict::NotDistinguished));
+    let (_, _, scaled) = compare_configs(&one, &two, &options, &data).unwrap();
+    let verdict = |name: &str| scaled.iter().find(|c| c.name == name).unwrap().comparison.verdict;
+    assert_eq!(verdict("ttft_ms.mean"), Verdict::Better, "a second instance cuts the queueing");
+    assert_eq!(verdict("e2e_ms.p99"), Verdict::Better);
+}
