@@ -11,15 +11,20 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const DEFAULT: &str = include_str!("../../fixtures/scenarios/default.yaml");
 
+/// One replication on one thread: the figure is the cost of one simulated run.
+fn one() -> RunOptions {
+    RunOptions { replications: Some(1), threads: Some(1), ..RunOptions::default() }
+}
+
 fn default_scenario(c: &mut Criterion) {
     let requests =
-        run(DEFAULT, RunOptions::default(), &mut |_| {}).expect("the default scenario runs").calls.len();
+        run(DEFAULT, one(), &mut |_| {}).expect("the default scenario runs").calls.len();
     let mut group = c.benchmark_group("scenario/default");
     group.throughput(Throughput::Elements(requests as u64));
     group.sample_size(20);
     group.bench_function("inline", |b| {
         b.iter(|| {
-            black_box(run(DEFAULT, RunOptions::default(), &mut |_| {}).expect("the default scenario runs"))
+            black_box(run(DEFAULT, one(), &mut |_| {}).expect("the default scenario runs"))
         })
     });
     group.bench_function("inline-traced", |b| {
@@ -33,7 +38,7 @@ fn default_scenario(c: &mut Criterion) {
             black_box(
                 run_observed(
                     DEFAULT,
-                    RunOptions::default(),
+                    one(),
                     &CostData::embedded(),
                     vec![Box::new(writer)],
                     &mut |_| {},
