@@ -17,15 +17,12 @@ fn one() -> RunOptions {
 }
 
 fn default_scenario(c: &mut Criterion) {
-    let requests =
-        run(DEFAULT, one(), &mut |_| {}).expect("the default scenario runs").calls.len();
+    let requests = run(DEFAULT, one(), &mut |_| {}).expect("the default scenario runs").calls.len();
     let mut group = c.benchmark_group("scenario/default");
     group.throughput(Throughput::Elements(requests as u64));
     group.sample_size(20);
     group.bench_function("inline", |b| {
-        b.iter(|| {
-            black_box(run(DEFAULT, one(), &mut |_| {}).expect("the default scenario runs"))
-        })
+        b.iter(|| black_box(run(DEFAULT, one(), &mut |_| {}).expect("the default scenario runs")))
     });
     group.bench_function("inline-traced", |b| {
         b.iter(|| {
@@ -36,14 +33,8 @@ fn default_scenario(c: &mut Criterion) {
                 &[],
             );
             black_box(
-                run_observed(
-                    DEFAULT,
-                    one(),
-                    &CostData::embedded(),
-                    vec![Box::new(writer)],
-                    &mut |_| {},
-                )
-                .expect("the default scenario runs"),
+                run_observed(DEFAULT, one(), &CostData::embedded(), vec![Box::new(writer)], &mut |_| {})
+                    .expect("the default scenario runs"),
             )
         })
     });

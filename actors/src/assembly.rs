@@ -103,11 +103,11 @@ pub fn assemble(
             engines.push((declare(&mut assembly, name.clone())?, name, pool));
         }
     }
-    let workload = &scenario.workload;
-    let client_names =
-        workload.clients.iter().map(|c| &c.name).chain(workload.replays.iter().map(|r| &r.name));
-    let clients: Vec<ActorId> = client_names
-        .map(|name| declare(&mut assembly, format!("client/{name}")))
+    let streams = Streams::new(seed);
+    let sources = workload::sources(&scenario.workload, streams, &options.base_dir)?;
+    let clients: Vec<ActorId> = sources
+        .iter()
+        .map(|source| declare(&mut assembly, format!("client/{}", source.name)))
         .collect::<Result<_, _>>()?;
 
     let network = scenario.cluster.network;
@@ -127,8 +127,6 @@ pub fn assemble(
     }
     // Token ids are drawn below the smallest vocabulary served, so every engine could take them.
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");
-    let streams = Streams::new(seed);
-    let sources = workload::sources(&scenario.workload, streams, &options.base_dir)?;
     let expected_requests = sources.iter().map(|s| s.requests).sum();
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let wiring = ClientWiring {

@@ -148,6 +148,8 @@ pub struct Client {
     /// The next request of the source, not yet released.
     upcoming: Option<Planned>,
     stage: u32,
+    /// When the current stage began (`A_s`) and its time origin (`T0`), µs.
+    stage_origin_us: u64,
     stage_start_us: u64,
     stage_waiting: bool,
     timers: BTreeMap<(u64, u64), Timer>,
@@ -182,6 +184,7 @@ impl Client {
             source,
             upcoming: None,
             stage: 0,
+            stage_origin_us: 0,
             stage_start_us: 0,
             stage_waiting: false,
             timers: BTreeMap::new(),
@@ -197,6 +200,9 @@ impl Client {
             last_transition: SimTime::ZERO,
         };
         client.upcoming = client.source.next_request();
+        if let Pacing::StagesAfterCompletion { lead_us, .. } = client.pacing {
+            client.stage_start_us = lead_us;
+        }
         if let Pacing::Closed { concurrency, .. } = client.pacing {
             for _ in 0..concurrency {
                 client.schedule(0, Timer::Release);
@@ -476,11 +482,11 @@ impl Client {
                 let think = think_time_s.map_or(0, |d| draw_duration_us(&d, &mut self.think_times));
                 self.schedule(now_us + think, Timer::Release);
             }
-            Pacing::StagesAfterCompletion { gap_us } => {
+            Pacing::StagesAfterCompletion { .. } => {
                 let stage_done = !self.live.values().any(|r| r.stage == request.stage);
                 let next_stage = self.upcoming.as_ref().is_some_and(|p| p.stage > request.stage);
                 if stage_done && next_stage && request.stage == self.stage && self.stage_waiting {
-                    self.schedule(now_us + gap_us, Timer::StageStarts);
+                    self.schedule_next_stage(now_us);
                 }
             }
             Pacing::Open => {}
@@ -561,24 +567,36 @@ impl Client {
             }
             Timer::Release => self.arrive(now_us, out),
             Timer::StageStarts => {
+                let Pacing::StagesAfterCompletion { lead_us, .. } = self.pacing else { return };
                 self.stage += 1;
-                self.stage_start_us = now_us;
+                self.stage_origin_us = now_us;
+                self.stage_start_us = now_us + lead_us;
                 self.stage_waiting = false;
             }
         }
     }
 
     /// Under staged pacing, when the upcoming request belongs to a later stage, wait for the
-    /// current stage to empty (or start the next at once if it already has).
+    /// current stage to empty (or schedule the next at once if it already has).
     fn check_stage(&mut self, now_us: u64) {
-        let Pacing::StagesAfterCompletion { gap_us } = self.pacing else { return };
+        let Pacing::StagesAfterCompletion { .. } = self.pacing else { return };
         let Some(next_stage) = self.upcoming.as_ref().map(|p| p.stage) else { return };
         if next_stage > self.stage && !self.stage_waiting {
             self.stage_waiting = true;
             if !self.live.values().any(|r| r.stage == self.stage) {
-                self.schedule(now_us + gap_us, Timer::StageStarts);
+                self.schedule_next_stage(now_us);
             }
         }
+    }
+
+    /// The current stage ended at `ended_us`: the next begins `interval` after the first poll
+    /// tick at or after it.
+    fn schedule_next_stage(&mut self, ended_us: u64) {
+        let Pacing::StagesAfterCompletion { poll_us, interval_us, .. } = self.pacing else { return };
+        let poll_us = poll_us.max(1);
+        let ticks = (ended_us.saturating_sub(self.stage_origin_us)).div_ceil(poll_us);
+        let detected = self.stage_origin_us + ticks * poll_us;
+        self.schedule(detected + interval_us, Timer::StageStarts);
     }
 
     /// One record per call of every request that arrived, for `replication`; a call without an

@@ -307,5 +307,15 @@ fn client_frames(scenario: &Scenario) -> Vec<ClientFrame> {
         pacing: "open".into(),
         requests: None,
     });
-    synthetic.chain(replays).collect()
+    let imports = workload.inference_perf.iter().map(|i| ClientFrame {
+        name: i.name.clone(),
+        source: format!(
+            "inference-perf {} profile {}",
+            serde_json::json!(i.emulate).as_str().unwrap_or(""),
+            i.profile
+        ),
+        pacing: "stages after completion".into(),
+        requests: None,
+    });
+    synthetic.chain(replays).chain(imports).collect()
 }

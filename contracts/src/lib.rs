@@ -45,6 +45,6 @@ pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,
 };
 pub use workload::{
-    Arrival, ClientSpec, Duration, LengthDist, Rate, Replay, ReplayFormat, Session, SharedPrefix, SloClass,
-    Stage, StageGaps, Workload,
+    Arrival, ClientSpec, Duration, InferencePerfBuild, InferencePerfImport, LengthDist, PromptTokenizer,
+    Rate, Replay, ReplayFormat, Session, SharedPrefix, SloClass, Stage, StageGaps, Workload,
 };

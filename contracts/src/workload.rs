@@ -24,6 +24,60 @@ pub struct Workload {
     /// Clients that replay a workload file instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replays: Vec<Replay>,
+    /// A client that sends what an inference-perf profile would send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_perf: Option<InferencePerfImport>,
+}
+
+/// An inference-perf profile imported as a client, written
+/// `{profile: path/to/profile.yaml, emulate: b505c33}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferencePerfImport {
+    /// The client's name (default `inference-perf`).
+    #[serde(default = "inference_perf_name")]
+    pub name: String,
+    /// The profile (inference-perf's config, YAML or JSON), relative to the scenario's folder.
+    pub profile: String,
+    /// The inference-perf build whose behaviour to reproduce (default the newest modelled).
+    #[serde(default)]
+    pub emulate: InferencePerfBuild,
+    /// How the server's tokenizer re-tokenizes the build's decoded random prompts (default: from
+    /// the profile's tokenizer or model name for `b505c33`; exact lengths for `head`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PromptTokenizer>,
+}
+
+fn inference_perf_name() -> String {
+    "inference-perf".to_owned()
+}
+
+/// inference-perf builds the import can emulate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InferencePerfBuild {
+    /// The main-branch build between commits `b81afa49` and `ad400507` (pinned `b505c337`) that
+    /// produced `reference-data/`: 10 × 10 prompts whatever the profile says, single-turn,
+    /// lengths drifting through re-tokenization.
+    #[serde(rename = "b505c33")]
+    B505c33,
+    /// v0.5.0 and later: the profile's group and prompt counts, exact lengths (multi-turn chat is
+    /// not modelled yet and is refused).
+    #[default]
+    #[serde(rename = "head")]
+    Head,
+}
+
+/// The length drift of random-token prompts through decode and re-tokenization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptTokenizer {
+    /// Llama-2's sentencepiece tokenizer: system part ≈ 1.047 tokens per token, question part
+    /// ≈ 1.0463, spread 0.27 √tokens.
+    Llama2,
+    /// Mixtral's (Mistral v0.1): ≈ 1.041 and 1.040, spread 0.26 √tokens.
+    Mixtral,
+    /// No drift: the configured lengths exactly.
+    Exact,
 }
 
 /// A client that replays a workload file, written `{name: trace, path: requests.jsonl}`.
@@ -547,8 +601,24 @@ impl Workload {
     /// Refuse empty or duplicate client names, zero request counts, bad rates, impossible
     /// lengths and durations, and contradictory settings.
     pub fn validate(&self) -> Result<(), FieldError> {
-        if self.clients.is_empty() && self.replays.is_empty() {
-            return Err(FieldError::new("workload.clients", "[]", "at least one client or replay is needed"));
+        if self.clients.is_empty() && self.replays.is_empty() && self.inference_perf.is_none() {
+            return Err(FieldError::new(
+                "workload.clients",
+                "[]",
+                "at least one client, replay or inference_perf import is needed",
+            ));
+        }
+        if let Some(import) = &self.inference_perf {
+            check_name(&import.name, "workload.inference_perf.name")?;
+            if self.clients.iter().any(|c| c.name == import.name)
+                || self.replays.iter().any(|r| r.name == import.name)
+            {
+                return Err(FieldError::new(
+                    "workload.inference_perf.name",
+                    &import.name,
+                    "another client has this name",
+                ));
+            }
         }
         for (i, replay) in self.replays.iter().enumerate() {
             let path = format!("workload.replays[{i}]");

@@ -49,7 +49,10 @@ fn metrics_md_is_the_rendering_of_the_registry() {
         std::fs::write(&path, &rendered).unwrap();
     }
     let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(on_disk == rendered, "docs/METRICS.md is stale: run UPDATE_METRICS=1 cargo test -p blis-contracts --test metrics_doc");
+    assert!(
+        on_disk == rendered,
+        "docs/METRICS.md is stale: run UPDATE_METRICS=1 cargo test -p blis-contracts --test metrics_doc"
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! bounded memory. Every random draw comes from a substream named by the client and the
 //! purpose, so the same scenario and seed give the same requests whatever else changes.
 
+mod inference_perf;
 mod jsonl;
 pub mod sampling;
 mod synthetic;
@@ -14,6 +15,7 @@ use std::path::Path;
 use blis_contracts::{Duration, FieldError, ReplayFormat, RequestSpec, Workload};
 use blis_kernel::Streams;
 
+pub use inference_perf::{InferencePerfPlan, InferencePerfSource};
 pub use jsonl::JsonlSource;
 pub use synthetic::Synthetic;
 
@@ -30,12 +32,17 @@ pub enum Pacing {
         /// Pause after an answer before the next request.
         think_time_s: Option<Duration>,
     },
-    /// Stages one after another: a stage's requests arrive at their `arrival_us` after the
-    /// stage starts, and the next stage starts `gap_us` after every request of the stage has
-    /// ended (inference-perf's stages).
+    /// Stages one after another, as inference-perf runs them: stage s begins at `A_s` (`A_0 =
+    /// 0`); its requests arrive at their `arrival_us` after `T0 = A_s + lead_us`; the stage is
+    /// seen to end at the first poll tick (`A_s + m·poll_us`) at or after its last request ended;
+    /// the next stage begins `interval_us` after that tick.
     StagesAfterCompletion {
-        /// Pause between the end of a stage and the start of the next, µs.
-        gap_us: u64,
+        /// From a stage's beginning to its time origin, µs.
+        lead_us: u64,
+        /// Period of the end-of-stage check, µs (at least 1).
+        poll_us: u64,
+        /// From the detected end of a stage to the beginning of the next, µs.
+        interval_us: u64,
     },
 }
 
@@ -106,6 +113,16 @@ pub fn sources(
             }
         };
         out.push(source);
+    }
+    if let Some(import) = &workload.inference_perf {
+        let source = InferencePerfSource::open(import, base_dir, streams)?;
+        let plan = source.plan();
+        let requests = (0..plan.stages.len()).map(|s| plan.stage_requests(s)).sum();
+        out.push(ClientSource {
+            name: import.name.clone(),
+            source: Box::new(source),
+            requests: Some(requests),
+        });
     }
     Ok(out)
 }
