@@ -47,6 +47,12 @@ pub enum ReplayFormat {
     /// One request DAG per line, as `--export-workload` writes.
     #[default]
     Jsonl,
+    /// The Azure LLM inference trace CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`): one
+    /// single-call request per row.
+    AzureCsv,
+    /// Mooncake's JSONL trace (`timestamp` in ms, `input_length`, `output_length`, `hash_ids` of
+    /// shared 512-token blocks): one single-call request per line.
+    Mooncake,
 }
 
 /// One client: a synthetic traffic description.

@@ -5,17 +5,25 @@
 //! bounded memory. Every random draw comes from a substream named by the client and the
 //! purpose, so the same scenario and seed give the same requests whatever else changes.
 
+mod azure;
 mod jsonl;
+mod mooncake;
 pub mod sampling;
 mod synthetic;
+mod trace_file;
 
 use std::path::Path;
 
 use blis_contracts::{Duration, FieldError, ReplayFormat, RequestSpec, Workload};
 use blis_kernel::Streams;
 
-pub use jsonl::JsonlSource;
 pub use synthetic::Synthetic;
+pub use trace_file::TraceSource;
+
+use azure::AzureCsv;
+use jsonl::Jsonl;
+use mooncake::Mooncake;
+use trace_file::LineFormat;
 
 /// How a client releases the requests of its source.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,17 +103,32 @@ pub fn sources(
     for (i, replay) in workload.replays.iter().enumerate() {
         let path = base_dir.join(&replay.path);
         let label = format!("workload.replays[{i}].path ({})", replay.path);
-        let source = match replay.format {
-            ReplayFormat::Jsonl => {
-                let requests = JsonlSource::check(&path, &label)?;
-                ClientSource {
-                    name: replay.name.clone(),
-                    source: Box::new(JsonlSource::open(&path, &label)?),
-                    requests: Some(requests),
-                }
-            }
-        };
-        out.push(source);
+        let (source, requests) = replay_file(replay.format, &path, &label, &replay.name)?;
+        out.push(ClientSource { name: replay.name.clone(), source, requests: Some(requests) });
     }
     Ok(out)
+}
+
+/// The source of the trace file `path` in `format`, as client `client` replays it, after reading
+/// it once and refusing its first bad line (`label` names the file in messages); with the number
+/// of requests it holds.
+pub fn replay_file(
+    format: ReplayFormat,
+    path: &Path,
+    label: &str,
+    client: &str,
+) -> Result<(Box<dyn RequestSource>, u64), FieldError> {
+    fn checked<F: LineFormat + 'static>(
+        path: &Path,
+        label: &str,
+        format: impl Fn() -> F,
+    ) -> Result<(Box<dyn RequestSource>, u64), FieldError> {
+        let requests = TraceSource::check(path, label, format())?;
+        Ok((Box::new(TraceSource::open(path, label, format())?), requests))
+    }
+    match format {
+        ReplayFormat::Jsonl => checked(path, label, Jsonl::default),
+        ReplayFormat::AzureCsv => checked(path, label, || AzureCsv::new(client)),
+        ReplayFormat::Mooncake => checked(path, label, || Mooncake::new(client)),
+    }
 }
