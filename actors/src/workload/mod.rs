@@ -6,6 +6,7 @@
 //! purpose, so the same scenario and seed give the same requests whatever else changes.
 
 mod azure;
+pub mod fit;
 mod jsonl;
 mod mooncake;
 pub mod sampling;
