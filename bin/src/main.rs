@@ -3,6 +3,7 @@
 //! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
 //! to files and stdout; progress and logs go to stderr.
 
+mod fit;
 mod listing;
 mod logging;
 mod replay;
@@ -75,6 +76,19 @@ enum Command {
     TraceCheck {
         /// The trace file.
         file: PathBuf,
+    },
+    /// Fit a synthetic workload to a trace: gaps between arrivals and prompt and output lengths,
+    /// each candidate family tested on held-out samples; prints the fits and writes the spec.
+    FitWorkload {
+        /// The trace file.
+        trace: PathBuf,
+        /// Its format.
+        #[arg(long, value_enum, default_value_t = fit::TraceFormat::Jsonl)]
+        format: fit::TraceFormat,
+        /// Write the workload spec (YAML, a scenario's `workload:` section) here instead of
+        /// stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Re-run a recorded run and check every delivered message against the recording.
     Replay {
@@ -169,6 +183,7 @@ fn main() -> ExitCode {
             Err(message) => fail(2, message),
         },
         Command::TraceCheck { file } => trace_check(&file),
+        Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
         Command::Replay { file, host, data } => match data.load() {
             Ok(data) => replay(&file, host.kind(), &data),
             Err(message) => fail(2, message),

@@ -43,6 +43,8 @@ pub struct TraceSample {
     pub requests: u64,
     /// Requests of more than one node, whose DAG shape a fitted client does not reproduce.
     pub multi_node_requests: u64,
+    /// LLM calls whose prompts hold shared blocks, which a fitted client does not reproduce.
+    pub calls_with_shared_blocks: u64,
     /// Gaps between consecutive arrivals, µs.
     pub gaps_us: Vec<u64>,
     /// Prompt length of every LLM call (an earlier node's history counted in full), tokens.
@@ -89,6 +91,9 @@ impl TraceSample {
                     })
                     .sum();
                 lengths.push(Some((prompt, call.output_tokens)));
+                if call.prompt.iter().any(|part| matches!(part, PromptPart::Shared { .. })) {
+                    sample.calls_with_shared_blocks += 1;
+                }
                 sample.input_tokens.push(u32::try_from(prompt).unwrap_or(u32::MAX));
                 sample.output_tokens.push(call.output_tokens);
             }
@@ -120,18 +125,21 @@ impl std::fmt::Display for FitError {
         match self {
             FitError::TooFewGaps(gaps) => write!(
                 f,
-                "{} requests: at least {} are needed to fit and test arrival gaps (every {least}th gap is held out)",
+                "{} requests: at least {} are needed to fit and test arrival gaps \
+                 (every {least}th gap is held out)",
                 gaps + 1,
                 least + 1
             ),
             FitError::TooFewCalls(calls) => write!(
                 f,
-                "{calls} LLM calls: at least {least} are needed to fit and test lengths (every {least}th is held out)"
+                "{calls} LLM calls: at least {least} are needed to fit and test lengths \
+                 (every {least}th is held out)"
             ),
             FitError::SimultaneousArrivals => write!(f, "every request arrives at the same instant"),
             FitError::UnresolvedGaps(resolution) => write!(
                 f,
-                "every gap is within one step of the trace's time resolution ({resolution} µs): too short to fit"
+                "every gap is within one step of the trace's time resolution ({resolution} µs): \
+                 too short to fit"
             ),
         }
     }
@@ -296,6 +304,7 @@ mod tests {
         TraceSample {
             requests: gaps_us.len() as u64 + 1,
             multi_node_requests: 0,
+            calls_with_shared_blocks: 0,
             gaps_us,
             input_tokens: lengths.clone(),
             output_tokens: lengths,
@@ -318,6 +327,37 @@ mod tests {
 
     fn candidate<'a, L>(fit: &'a QuantityFit<L>, family: &str) -> &'a Candidate<L> {
         fit.candidates.iter().find(|c| c.family == family).unwrap()
+    }
+
+    /// Requests from a list, for [`TraceSample::collect`].
+    struct Listed(std::vec::IntoIter<blis_contracts::RequestSpec>);
+
+    impl RequestSource for Listed {
+        fn pacing(&self) -> super::super::Pacing {
+            super::super::Pacing::Open
+        }
+
+        fn next_request(&mut self) -> Option<super::super::Planned> {
+            self.0.next().map(|spec| super::super::Planned { spec, stage: 0 })
+        }
+    }
+
+    #[test]
+    fn a_sample_holds_gaps_and_every_call_with_its_history_counted() {
+        let line = |id: &str, at: u64| {
+            format!(
+                r#"{{"id":"{id}","arrival_us":{at},"nodes":[{{"kind":"llm","id":"a","prompt":[{{"shared":{{"name":"s","tokens":100}}}},{{"tokens":20}}],"output_tokens":8}},{{"kind":"tool","id":"t","parents":["a"],"duration_us":5}},{{"kind":"llm","id":"b","parents":["t"],"prompt":[{{"history":"a"}},{{"token_ids":[1,2,3]}}],"output_tokens":2}}]}}"#
+            )
+        };
+        let requests = [line("r0", 10), line("r1", 10), line("r2", 250)]
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect::<Vec<_>>();
+        let sample = TraceSample::collect(&mut Listed(requests.into_iter())).unwrap();
+        assert_eq!(sample.gaps_us, [0, 240]);
+        assert_eq!(sample.input_tokens, [120, 131, 120, 131, 120, 131]);
+        assert_eq!(sample.output_tokens, [8, 2, 8, 2, 8, 2]);
+        assert_eq!((sample.requests, sample.multi_node_requests, sample.calls_with_shared_blocks), (3, 3, 3));
     }
 
     #[test]

@@ -54,7 +54,8 @@ fn prompt(input_length: u32, hash_ids: &[u64]) -> Result<Vec<PromptPart>, String
     let covered = blocks * u64::from(BLOCK_TOKENS);
     if blocks > 0 && u64::from(input_length) <= covered - u64::from(BLOCK_TOKENS) {
         return Err(format!(
-            "{blocks} hash ids of {BLOCK_TOKENS}-token blocks need {} to {covered} tokens (the last block holds at least one)",
+            "{blocks} hash ids of {BLOCK_TOKENS}-token blocks need {} to {covered} tokens \
+             (the last block holds at least one)",
             covered - u64::from(BLOCK_TOKENS) + 1
         ));
     }

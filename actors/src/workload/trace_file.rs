@@ -54,7 +54,8 @@ impl<F: LineFormat> TraceSource<F> {
                     format!("{at}.{}", F::ARRIVAL_FIELD),
                     spec.arrival_us,
                     format!(
-                        "arrivals must not go back in time (the previous request arrives at {last_arrival} µs)"
+                        "arrivals must not go back in time \
+                         (the previous request arrives at {last_arrival} µs)"
                     ),
                 ));
             }
