@@ -2,7 +2,9 @@
 //! [`RequestSpec`]s (request DAGs with arrival times) and the pacing that releases them.
 //!
 //! Sources generate lazily, one request at a time, so a million-request workload streams in
-//! bounded memory. Every random draw comes from a substream named by the client and the
+//! bounded memory: synthetic clients draw from distributions, replay clients read a trace file
+//! (the workload-file JSONL, the Azure LLM inference CSV or Mooncake's JSONL). [`fit`] goes the
+//! other way, from a trace to a synthetic client. Every random draw comes from a substream named by the client and the
 //! purpose, so the same scenario and seed give the same requests whatever else changes.
 
 mod azure;
@@ -19,12 +21,11 @@ use blis_contracts::{Duration, FieldError, ReplayFormat, RequestSpec, Workload};
 use blis_kernel::Streams;
 
 pub use synthetic::Synthetic;
-pub use trace_file::TraceSource;
 
 use azure::AzureCsv;
 use jsonl::Jsonl;
 use mooncake::Mooncake;
-use trace_file::LineFormat;
+use trace_file::{LineFormat, TraceSource};
 
 /// How a client releases the requests of its source.
 #[derive(Clone, Debug, PartialEq)]
