@@ -233,3 +233,34 @@ pub fn fit_gaps(recorded: &[u64], resolution: u64) -> Option<QuantityFit<GapLaw>
         .map(|(family, law, _)| (family, law))?;
     Some(QuantityFit { candidates, chosen, law })
 }
+
+#[cfg(test)]
+mod tests {
+    use blis_kernel::Streams;
+
+    use super::*;
+
+    #[test]
+    fn the_cdf_is_that_of_the_simulators_draws() {
+        let laws = [GapLaw::poisson(10.0), GapLaw::gamma(10.0, 2.5), GapLaw::weibull(10.0, 0.4)];
+        for (i, law) in laws.iter().enumerate() {
+            let mut stream = Streams::new(9).stream("fit-test", "gap-cdf", &i.to_string());
+            let draws: Vec<f64> = (0..400_000).map(|_| law.draw(&mut stream)).collect();
+            for x in [10.0, 1_000.0, 30_000.0, 100_000.0, 300_000.0] {
+                let share = draws.iter().filter(|&&d| d <= x).count() as f64 / draws.len() as f64;
+                let cdf = gap_cdf(law, x);
+                assert!((share - cdf).abs() < 0.004, "{law:?} at {x}: drawn {share}, cdf {cdf}");
+            }
+        }
+    }
+
+    #[test]
+    fn censored_gaps_are_counted_only_below_their_bound() {
+        let gaps = CensoredGaps::new(&[0, 1_000, 1_000, 2_000, 5_000], 1_000);
+        assert_eq!(
+            (gaps.exact.as_slice(), gaps.censored, gaps.bound),
+            (&[2_000.0, 5_000.0][..], 3.0, 1_500.0)
+        );
+        assert!((maximise(-3.0, 5.0, |x| -(x - 1.25) * (x - 1.25)) - 1.25).abs() < 1e-9);
+    }
+}

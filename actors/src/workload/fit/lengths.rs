@@ -127,3 +127,43 @@ pub fn fit_lengths(lengths: &[u32]) -> QuantityFit<LengthDist> {
     };
     QuantityFit { candidates, chosen, law }
 }
+
+#[cfg(test)]
+mod tests {
+    use blis_kernel::Streams;
+
+    use super::*;
+    use crate::workload::sampling::draw_length;
+
+    #[test]
+    fn the_cdf_is_that_of_the_simulators_draws() {
+        let dists = [
+            LengthDist::Normal { mean: 100.0, std: 40.0, min: 50, max: 170 },
+            LengthDist::Lognormal { mean: 30.0, std: 25.0, min: 2, max: 90 },
+            LengthDist::Exponential { mean: 12.0, min: 1, max: 40 },
+            LengthDist::Uniform { min: 3, max: 9 },
+            LengthDist::Empirical { values: vec![4, 8], weights: vec![3.0, 1.0] },
+        ];
+        for (i, dist) in dists.iter().enumerate() {
+            let mut stream = Streams::new(9).stream("fit-test", "length-cdf", &i.to_string());
+            let draws: Vec<u32> = (0..100_000).map(|_| draw_length(dist, &mut stream)).collect();
+            for k in [0, 1, 4, 8, 20, 49, 50, 51, 100, 169, 170] {
+                let share = draws.iter().filter(|&&d| d <= k).count() as f64 / draws.len() as f64;
+                let cdf = length_cdf(dist, u64::from(k));
+                assert!((share - cdf).abs() < 0.005, "{dist:?} at {k}: drawn {share}, cdf {cdf}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_empirical_table_counts_values_or_keeps_equally_likely_quantiles() {
+        assert_eq!(
+            empirical(&[3, 3, 5]),
+            LengthDist::Empirical { values: vec![3, 5], weights: vec![2.0, 1.0] }
+        );
+        let many: Vec<u32> = (1..=1_000).collect();
+        let LengthDist::Empirical { values, weights } = empirical(&many) else { panic!() };
+        assert_eq!((values.len(), values[0], values[199]), (EMPIRICAL_VALUES, 3, 998));
+        assert!(weights.iter().all(|&w| w == 1.0));
+    }
+}
