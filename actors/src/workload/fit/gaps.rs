@@ -20,7 +20,7 @@ use crate::workload::sampling::{GapLaw, weibull_cv};
 struct CensoredGaps {
     /// Gaps longer than `bound`, µs.
     exact: Vec<f64>,
-    /// Gaps at or below `bound`.
+    /// How many gaps are at or below `bound`.
     censored: f64,
     /// The censoring bound, µs.
     bound: f64,
