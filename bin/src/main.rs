@@ -4,6 +4,7 @@
 //! to files and stdout; progress and logs go to stderr.
 
 mod compare;
+mod fit;
 mod listing;
 mod logging;
 mod replay;
@@ -83,7 +84,19 @@ enum Command {
         /// The trace file.
         file: PathBuf,
     },
-    /// Re-run a recorded run and check every delivered message against the recording.
+    /// Fit a synthetic workload to a trace: gaps between arrivals and prompt and output lengths,
+    /// each candidate family tested on held-out samples; prints the fits and writes the spec.
+    FitWorkload {
+        /// The trace file.
+        trace: PathBuf,
+        /// Its format.
+        #[arg(long, value_enum, default_value_t = fit::TraceFormat::Jsonl)]
+        format: fit::TraceFormat,
+        /// Write the workload spec (YAML, a scenario's `workload:` section) here instead of
+        /// stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Compare two scenarios on common random numbers: both run the same replications with
     /// the same seeds, and each metric is judged better, worse or not distinguished for B.
     CompareConfigs {
@@ -103,6 +116,7 @@ enum Command {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Re-run a recorded run and check every delivered message against the recording.
     Replay {
         /// The recording (from `run --record`).
         file: PathBuf,
@@ -213,6 +227,7 @@ fn main() -> ExitCode {
             ),
             Err(message) => fail(2, message),
         },
+        Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
         Command::Replay { file, host, data } => match data.load() {
             Ok(data) => replay(&file, host.kind(), &data),
             Err(message) => fail(2, message),

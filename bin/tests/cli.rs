@@ -150,3 +150,83 @@ fn an_ambiguous_registry_is_refused_naming_both_entries() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn workload_fixture(name: &str) -> String {
+    format!("{}/../fixtures/workloads/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn fit_workload_prints_every_candidate_and_writes_a_spec_that_runs() {
+    let dir = scratch("fit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("spec.yaml");
+    let output = blis_actor(&[
+        "fit-workload",
+        &workload_fixture("azure-code.csv"),
+        "--format",
+        "azure-csv",
+        "--out",
+        spec.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("12 requests, 11 gaps, 12 LLM calls"), "{stdout}");
+    for (quantity, family) in [
+        ("arrival gaps", "exponential"),
+        ("arrival gaps", "gamma"),
+        ("arrival gaps", "weibull"),
+        ("input tokens", "normal"),
+        ("input tokens", "lognormal"),
+        ("input tokens", "empirical"),
+        ("output tokens", "exponential"),
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.contains(quantity)
+                && l.contains(family)
+                && l.contains("clamped") == (quantity != "arrival gaps" && family != "empirical")),
+            "{quantity} {family} missing:\n{stdout}"
+        );
+    }
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with('*')).count(),
+        3,
+        "one choice per quantity:\n{stdout}"
+    );
+    // The spec is a scenario's workload section: put a cluster before it and run it.
+    let workload = std::fs::read_to_string(&spec).unwrap();
+    assert!(workload.contains("name: azure-code") && workload.contains("requests: 12"), "{workload}");
+    let small = std::fs::read_to_string(fixture("small.yaml")).unwrap();
+    let cluster = &small[..small.find("workload:").unwrap()];
+    let scenario = dir.join("scenario.yaml");
+    std::fs::write(&scenario, format!("{cluster}{workload}")).unwrap();
+    let run = blis_actor(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        dir.join("out").to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("fates (replication 0): 12 calls"),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn fit_workload_refuses_a_bad_line_by_file_line_and_field() {
+    let dir = scratch("fit-bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("bad.csv");
+    std::fs::write(&trace, "TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,10,2\n0.5,10,0\n").unwrap();
+    let output = blis_actor(&["fit-workload", trace.to_str().unwrap(), "--format", "azure-csv"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].contains("bad.csv:3.GeneratedTokens = 0: must be at least 1 token"), "{stderr}");
+    assert!(output.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -101,6 +101,12 @@ pub enum ReplayFormat {
     /// One request DAG per line, as `--export-workload` writes.
     #[default]
     Jsonl,
+    /// The Azure LLM inference trace CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`): one
+    /// single-call request per row.
+    AzureCsv,
+    /// Mooncake's JSONL trace (`timestamp` in ms, `input_length`, `output_length`, `hash_ids` of
+    /// shared 512-token blocks): one single-call request per line.
+    Mooncake,
 }
 
 impl ReplayFormat {
@@ -108,6 +114,8 @@ impl ReplayFormat {
     pub fn as_str(self) -> &'static str {
         match self {
             ReplayFormat::Jsonl => "jsonl",
+            ReplayFormat::AzureCsv => "azure-csv",
+            ReplayFormat::Mooncake => "mooncake",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! All documents reject unknown fields (`#[serde(deny_unknown_fields)]` on every struct); this
 //! module turns the parser's errors into [`FieldError`]s.
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{FieldError, join_path};
@@ -20,6 +21,11 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, FieldError> {
 /// Parse an already-read YAML value found at `path` as a `T`.
 pub fn from_value<T: DeserializeOwned>(value: &YamlValue, path: &str) -> Result<T, FieldError> {
     serde_path_to_error::deserialize(value.clone()).map_err(|e| refusal(path, e))
+}
+
+/// `value` written as YAML (block style, fields in declaration order).
+pub fn to_string<T: Serialize>(value: &T) -> Result<String, serde_norway::Error> {
+    serde_norway::to_string(value)
 }
 
 fn refusal(prefix: &str, error: serde_path_to_error::Error<serde_norway::Error>) -> FieldError {

@@ -2,13 +2,20 @@
 //! [`RequestSpec`]s (request DAGs with arrival times) and the pacing that releases them.
 //!
 //! Sources generate lazily, one request at a time, so a million-request workload streams in
-//! bounded memory. Every random draw comes from a substream named by the client and the
-//! purpose, so the same scenario and seed give the same requests whatever else changes.
+//! bounded memory: synthetic clients draw from distributions, replay clients read a trace file
+//! (the workload-file JSONL, the Azure LLM inference CSV or Mooncake's JSONL), an inference-perf
+//! import sends what that tool would. [`fit`] goes the other way, from a trace to a synthetic
+//! client. Every random draw comes from a substream named by the client and the purpose, so the
+//! same scenario and seed give the same requests whatever else changes.
 
+mod azure;
+pub mod fit;
 mod inference_perf;
 mod jsonl;
+mod mooncake;
 pub mod sampling;
 mod synthetic;
+mod trace_file;
 
 use std::path::Path;
 
@@ -16,8 +23,12 @@ use blis_contracts::{Duration, FieldError, ReplayFormat, RequestSpec, Workload};
 use blis_kernel::Streams;
 
 pub use inference_perf::{InferencePerfPlan, InferencePerfSource};
-pub use jsonl::JsonlSource;
 pub use synthetic::Synthetic;
+
+use azure::AzureCsv;
+use jsonl::Jsonl;
+use mooncake::Mooncake;
+use trace_file::{LineFormat, TraceSource};
 
 /// How a client releases the requests of its source.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,17 +113,8 @@ pub fn sources(
     for (i, replay) in workload.replays.iter().enumerate() {
         let path = base_dir.join(&replay.path);
         let label = format!("workload.replays[{i}].path ({})", replay.path);
-        let source = match replay.format {
-            ReplayFormat::Jsonl => {
-                let requests = JsonlSource::check(&path, &label)?;
-                ClientSource {
-                    name: replay.name.clone(),
-                    source: Box::new(JsonlSource::open(&path, &label)?),
-                    requests: Some(requests),
-                }
-            }
-        };
-        out.push(source);
+        let (source, requests) = replay_file(replay.format, &path, &label, &replay.name)?;
+        out.push(ClientSource { name: replay.name.clone(), source, requests: Some(requests) });
     }
     if let Some(import) = &workload.inference_perf {
         let source = InferencePerfSource::open(import, base_dir, streams)?;
@@ -125,4 +127,28 @@ pub fn sources(
         });
     }
     Ok(out)
+}
+
+/// The source of the trace file `path` in `format`, as client `client` replays it, after reading
+/// it once and refusing its first bad line (`label` names the file in messages); with the number
+/// of requests it holds.
+pub fn replay_file(
+    format: ReplayFormat,
+    path: &Path,
+    label: &str,
+    client: &str,
+) -> Result<(Box<dyn RequestSource>, u64), FieldError> {
+    fn checked<F: LineFormat + 'static>(
+        path: &Path,
+        label: &str,
+        format: impl Fn() -> F,
+    ) -> Result<(Box<dyn RequestSource>, u64), FieldError> {
+        let requests = TraceSource::check(path, label, format())?;
+        Ok((Box::new(TraceSource::open(path, label, format())?), requests))
+    }
+    match format {
+        ReplayFormat::Jsonl => checked(path, label, Jsonl::default),
+        ReplayFormat::AzureCsv => checked(path, label, || AzureCsv::new(client)),
+        ReplayFormat::Mooncake => checked(path, label, || Mooncake::new(client)),
+    }
 }

@@ -67,17 +67,20 @@ impl GapLaw {
     }
 }
 
-/// The Weibull shape `k` whose coefficient of variation is `cv`:
-/// `cv² = Γ(1 + 2/k) / Γ(1 + 1/k)² − 1`, decreasing in `k`, solved by bisection on `ln k`.
+/// The coefficient of variation of Weibull variables of shape `k`:
+/// `cv² = Γ(1 + 2/k) / Γ(1 + 1/k)² − 1`, decreasing in `k`.
+pub fn weibull_cv(k: f64) -> f64 {
+    let g1 = libm::tgamma(1.0 + 1.0 / k);
+    libm::sqrt(libm::tgamma(1.0 + 2.0 / k) / (g1 * g1) - 1.0)
+}
+
+/// The Weibull shape `k` whose coefficient of variation is `cv` ([`weibull_cv`] inverted by
+/// bisection on `ln k`).
 pub fn weibull_shape_for_cv(cv: f64) -> f64 {
-    let cv_of = |k: f64| {
-        let g1 = libm::tgamma(1.0 + 1.0 / k);
-        libm::sqrt(libm::tgamma(1.0 + 2.0 / k) / (g1 * g1) - 1.0)
-    };
     let (mut low, mut high) = (libm::log(0.02), libm::log(50.0));
     for _ in 0..200 {
         let mid = 0.5 * (low + high);
-        if cv_of(libm::exp(mid)) > cv {
+        if weibull_cv(libm::exp(mid)) > cv {
             low = mid;
         } else {
             high = mid;
