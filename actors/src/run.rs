@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use blis_contracts::{
-    Arrival, CallRecord, ClientFrame, DataRecord, FieldError, FrameRecord, METRICS, PricingRecord,
+    Arrival, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS, PricingRecord,
     RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario, ScenarioRecord,
     StopRule, WarmUpRecord,
 };
@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub replications: Option<u32>,
     /// Threads to run replications on (default: the machine's cores); never changes outputs.
     pub threads: Option<usize>,
+    /// SHA-256 of the binary running the simulation, for the Result (the command line sets it).
+    pub binary_sha256: Option<String>,
 }
 
 /// How far a run has got, for a progress display.
@@ -89,7 +91,7 @@ impl RunOutput {
     pub fn comparable_digest(&self) -> String {
         let comparable = (&self.result.fates, &self.result.metrics, &self.calls);
         let bytes = serde_json::to_vec(&comparable).expect("results serialise");
-        Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+        hex(&Sha256::digest(&bytes))
     }
 }
 
@@ -259,6 +261,8 @@ pub fn run_observed(
         data: DataRecord {
             catalog_sha256: data.catalog_sha256.clone(),
             registry_sha256: data.registry_sha256.clone(),
+            workload_files: workload_files(&scenario, &assembly.base_dir),
+            binary_sha256: options.binary_sha256.clone(),
         },
         pricing: pricing_record(&first.priced),
         frame: FrameRecord {
@@ -285,6 +289,26 @@ pub fn run_observed(
         simulation: first.simulation,
     };
     Ok((RunOutput { result, calls: first.calls, workloads: first.workloads }, observers))
+}
+
+/// The content hashes of the workload files the scenario names (already read and checked by the
+/// run, so each can be read again).
+fn workload_files(scenario: &Scenario, base_dir: &std::path::Path) -> Vec<FileHash> {
+    let workload = &scenario.workload;
+    let paths =
+        workload.replays.iter().map(|r| &r.path).chain(workload.inference_perf.iter().map(|i| &i.profile));
+    paths
+        .map(|path| FileHash {
+            path: path.clone(),
+            sha256: std::fs::read(base_dir.join(path))
+                .map_or_else(|_| String::new(), |bytes| hex(&Sha256::digest(bytes))),
+        })
+        .collect()
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Threads to run replications on: the machine's cores.

@@ -204,6 +204,7 @@ fn main() -> ExitCode {
                     export_workload: export,
                     replications,
                     threads,
+                    binary_sha256: binary_sha256(),
                 },
                 &data,
                 &outputs,
@@ -242,6 +243,13 @@ struct Outputs {
     trace_filter: Option<String>,
     record: Option<PathBuf>,
     export_workload: Option<PathBuf>,
+}
+
+/// SHA-256 of this executable, for the Result (absent if it cannot be read).
+fn binary_sha256() -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(std::env::current_exe().ok()?).ok()?;
+    Some(Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -481,6 +489,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         export_workload: false,
         replications: inputs.replications,
         threads: None,
+        binary_sha256: None,
     };
     let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
         Ok(done) => done,

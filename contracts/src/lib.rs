@@ -37,9 +37,9 @@ pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
-    DataRecord, EstimateRecord, FateCounts, InstanceRecord, LatencySummary, Metrics, OverloadRecord,
-    PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult, ScenarioRecord, SimulationRecord,
-    ValidityRecord,
+    DataRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord, LatencySummary, Metrics,
+    OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult, ScenarioRecord,
+    SimulationRecord, ValidityRecord,
 };
 pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,

@@ -145,6 +145,21 @@ pub struct DataRecord {
     pub catalog_sha256: String,
     /// The coefficient registry.
     pub registry_sha256: String,
+    /// Every workload file the clients read (replays and profiles), by the path the scenario gives.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_files: Vec<FileHash>,
+    /// The `blis-actor` binary that ran (absent when run as a library).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_sha256: Option<String>,
+}
+
+/// A file and its content hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileHash {
+    /// The path as given.
+    pub path: String,
+    /// SHA-256 of its bytes, hex.
+    pub sha256: String,
 }
 
 /// Priced engine time, split by the rank of the coefficients that priced it.
