@@ -196,31 +196,8 @@ pub fn run_observed(
     let others: Mutex<Vec<Option<Result<ReplicationRun, RunError>>>> =
         Mutex::new((1..replications).map(|_| None).collect());
     let next = AtomicU32::new(1);
-    let (first, observers) = std::thread::scope(|scope| {
-        for _ in 1..threads.min(replications as usize) {
-            scope.spawn(|| {
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    if index >= replications {
-                        break;
-                    }
-                    let outcome = run_replication(
-                        &scenario,
-                        index,
-                        seeds[index as usize],
-                        data,
-                        &assembly,
-                        Vec::new(),
-                        &mut |_| {},
-                    )
-                    .map(|(run, _)| run);
-                    others.lock().expect("no worker panics holding the lock")[index as usize - 1] =
-                        Some(outcome);
-                }
-            });
-        }
-        let first = run_replication(&scenario, 0, seed, data, &assembly, observers, progress);
-        // With one thread (or when the workers are slow) this thread takes the rest too.
+    // Take the next replication not yet taken, until none is left.
+    let run_rest = || {
         loop {
             let index = next.fetch_add(1, Ordering::Relaxed);
             if index >= replications {
@@ -238,6 +215,14 @@ pub fn run_observed(
             .map(|(run, _)| run);
             others.lock().expect("no worker panics holding the lock")[index as usize - 1] = Some(outcome);
         }
+    };
+    let (first, observers) = std::thread::scope(|scope| {
+        for _ in 1..threads.min(replications as usize) {
+            scope.spawn(run_rest);
+        }
+        let first = run_replication(&scenario, 0, seed, data, &assembly, observers, progress);
+        // With one thread (or when the workers are slow) this thread takes the rest too.
+        run_rest();
         first
     })?;
     let mut runs = vec![first];
