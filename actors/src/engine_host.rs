@@ -24,7 +24,7 @@ use blis_contracts::{Rank, RankShares, StepGraph, StepMode};
 use blis_engines::vllm::{FinishedRequest, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
-use crate::message::{CallCompletion, CallRejection, ClusterMessage};
+use crate::message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
 
 /// What the engine loop does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +52,9 @@ pub struct EngineHost {
     finished: Vec<FinishedRequest>,
     answered: Vec<u64>,
     aborted: u64,
+    /// Requests in the API server, by the time they reach the engine.
+    in_frontend: BTreeMap<(SimTime, u64), Box<CallRequest>>,
+    frontend_sequence: u64,
     priced: RankShares,
     /// ∫ KV usage dt over the run, µs, and the highest usage seen.
     kv_usage_integral: f64,
@@ -76,6 +79,8 @@ impl EngineHost {
             finished: Vec::new(),
             answered: Vec::new(),
             aborted: 0,
+            in_frontend: BTreeMap::new(),
+            frontend_sequence: 0,
             priced: RankShares::default(),
             kv_usage_integral: 0.0,
             kv_usage_peak: 0.0,
@@ -113,8 +118,25 @@ impl EngineHost {
 
     fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         let call = match message {
-            ClusterMessage::Request(call) => call,
+            ClusterMessage::Request(call) => {
+                // The API server works on it first (HTTP, tokenization).
+                let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
+                let ready = now.saturating_add(ceil_micros(delay));
+                if ready > now {
+                    self.in_frontend.insert((ready, self.frontend_sequence), call);
+                    self.frontend_sequence += 1;
+                    return;
+                }
+                call
+            }
             ClusterMessage::Abort(abort) => {
+                // A request still in the API server never reaches the engine.
+                if let Some(key) =
+                    self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k)
+                {
+                    self.in_frontend.remove(&key);
+                    return;
+                }
                 // vLLM frees an aborted request's blocks at once; a request already finished
                 // (its answer on the way) is unknown to the scheduler and nothing happens.
                 if self.engine.abort(abort.key).is_some() {
@@ -129,6 +151,11 @@ impl EngineHost {
             }
             ClusterMessage::Completion(_) | ClusterMessage::Rejection(_) => return,
         };
+        self.admit(call, now, out);
+    }
+
+    /// Hand a request to the engine (or refuse it as the API server would).
+    fn admit(&mut self, call: Box<CallRequest>, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         let key = call.request.key;
         match self.engine.add_request(&call.request) {
             Ok(()) => {
@@ -270,9 +297,15 @@ impl EngineHost {
 
 impl Actor<ClusterMessage> for EngineHost {
     fn time_advance(&self) -> TimeAdvance {
-        match self.next {
-            Loop::Idle => TimeAdvance::Passive,
-            Loop::Top(at) | Loop::Await(at) => TimeAdvance::until(self.last_transition, at),
+        let engine = match self.next {
+            Loop::Idle => None,
+            Loop::Top(at) | Loop::Await(at) => Some(at),
+        };
+        let frontend = self.in_frontend.keys().next().map(|&(at, _)| at);
+        match (engine, frontend) {
+            (Some(a), Some(b)) => TimeAdvance::until(self.last_transition, a.min(b)),
+            (Some(at), None) | (None, Some(at)) => TimeAdvance::until(self.last_transition, at),
+            (None, None) => TimeAdvance::Passive,
         }
     }
 
@@ -302,6 +335,13 @@ impl Actor<ClusterMessage> for EngineHost {
             for envelope in bag {
                 self.accept(envelope.payload, now, out);
             }
+        }
+        // Requests leaving the API server now, in the order they entered it.
+        while let Some(entry) = self.in_frontend.first_entry()
+            && entry.key().0 <= now
+        {
+            let call = entry.remove();
+            self.admit(call, now, out);
         }
         self.run_loop(now, out);
         if let Some(stall) = self.engine.stall() {

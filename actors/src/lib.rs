@@ -18,6 +18,7 @@ mod replication;
 mod router_host;
 mod run;
 pub mod stats;
+pub mod validation;
 pub mod workload;
 
 pub use assembly::{AssembledCluster, AssemblyOptions, assemble};

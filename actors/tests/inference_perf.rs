@@ -31,7 +31,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn import(emulate: InferencePerfBuild) -> InferencePerfImport {
-    InferencePerfImport { name: "ip".into(), profile: "profile.yaml".into(), emulate, tokenizer: None }
+    InferencePerfImport {
+        name: "ip".into(),
+        profile: "profile.yaml".into(),
+        emulate,
+        tokenizer: None,
+        stage_duration_cap_s: None,
+    }
 }
 
 #[test]

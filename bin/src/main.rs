@@ -10,6 +10,7 @@ mod logging;
 mod replay;
 mod summary;
 mod trace;
+mod validate;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -113,6 +114,21 @@ enum Command {
         /// Threads to run replications on; outputs never depend on it.
         #[arg(long)]
         threads: Option<usize>,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    /// Re-run real experiments (reference-data folders) as they ran and compare, stage by
+    /// stage, with what their client measured.
+    ValidateReal {
+        /// Experiment folders (each with exp-config.yaml, profile.yaml and results/).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Replications per experiment.
+        #[arg(long, default_value_t = 3)]
+        replications: u32,
+        /// Shorten every stage to at most this many seconds (same rates).
+        #[arg(long)]
+        stage_cap_s: Option<f64>,
         #[command(flatten)]
         data: DataArgs,
     },
@@ -229,6 +245,16 @@ fn main() -> ExitCode {
             Err(message) => fail(2, message),
         },
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
+        Command::ValidateReal { dirs, replications, stage_cap_s, data } => match data.load() {
+            Ok(data) => match validate::validate(&dirs, replications.max(1), stage_cap_s, &data) {
+                Ok((table, _)) => {
+                    print!("{table}");
+                    ExitCode::SUCCESS
+                }
+                Err(message) => fail(2, message),
+            },
+            Err(message) => fail(2, message),
+        },
         Command::Replay { file, host, data } => match data.load() {
             Ok(data) => replay(&file, host.kind(), &data),
             Err(message) => fail(2, message),

@@ -238,6 +238,12 @@ pub trait Environment {
 
     /// The time one step takes.
     fn price(&self, step: &StepShape) -> StepPrice;
+
+    /// The API server's time for a request of `prompt_tokens` before the engine sees it, µs.
+    fn frontend_micros(&self, prompt_tokens: u32) -> f64 {
+        let _ = prompt_tokens;
+        0.0
+    }
 }
 
 #[cfg(test)]

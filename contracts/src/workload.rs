@@ -31,7 +31,7 @@ pub struct Workload {
 
 /// An inference-perf profile imported as a client, written
 /// `{profile: path/to/profile.yaml, emulate: b505c33}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InferencePerfImport {
     /// The client's name (default `inference-perf`).
@@ -46,6 +46,10 @@ pub struct InferencePerfImport {
     /// the profile's tokenizer or model name for `b505c33`; exact lengths for `head`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<PromptTokenizer>,
+    /// Shorten every stage to at most this many seconds (same rates), to run a long experiment
+    /// quickly; absent: the profile's durations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_duration_cap_s: Option<f64>,
 }
 
 fn inference_perf_name() -> String {
@@ -618,6 +622,15 @@ impl Workload {
         }
         if let Some(import) = &self.inference_perf {
             check_name(&import.name, "workload.inference_perf.name")?;
+            if let Some(cap) = import.stage_duration_cap_s
+                && !(cap.is_finite() && cap > 0.0)
+            {
+                return Err(FieldError::new(
+                    "workload.inference_perf.stage_duration_cap_s",
+                    cap,
+                    "must be a positive number of seconds",
+                ));
+            }
             if self.clients.iter().any(|c| c.name == import.name)
                 || self.replays.iter().any(|r| r.name == import.name)
             {

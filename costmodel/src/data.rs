@@ -123,6 +123,19 @@ impl CostData {
     }
 }
 
+impl CostData {
+    /// The same catalog with `registry` (its hash that of its YAML text).
+    pub fn with_registry(&self, registry: Registry) -> CostData {
+        let text = registry.to_yaml();
+        CostData {
+            catalog: self.catalog.clone(),
+            registry,
+            catalog_sha256: self.catalog_sha256.clone(),
+            registry_sha256: hash(&[("registry.yaml".to_owned(), text.into_bytes())]),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

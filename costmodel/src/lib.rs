@@ -18,5 +18,5 @@ pub use blis_contracts::{Fact, Rank};
 pub use catalog::{Catalog, CatalogModel, Chip, HfConfig};
 pub use data::CostData;
 pub use pricing::{Pricer, parameter_summary};
-pub use registry::{EMBEDDED_REGISTRY, Entry, Family, FitRange, Registry, Resolved};
+pub use registry::{CoefficientSample, EMBEDDED_REGISTRY, Entry, Family, FitRange, Registry, Resolved};
 pub use sizes::{AttentionWidths, ParameterCounts, attention_widths, kv_bytes_per_token_per_gpu};

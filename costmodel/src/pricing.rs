@@ -97,6 +97,8 @@ pub struct Pricer {
     all_reduce: (f64, f64, Rank),
     moe_dispatch: (f64, Rank),
     host: (f64, f64, f64, Rank),
+    /// API-server time per request and per prompt token, µs.
+    frontend: (f64, f64),
     /// Launch time per step run eagerly, as piecewise graphs, and as one full graph.
     launch: (f64, f64, f64, Rank),
     memory: (f64, f64),
@@ -214,6 +216,10 @@ impl Pricer {
                 host.rank,
             ),
             launch: (launch_us.0, launch_us.1, launch_us.2, launch.rank),
+            frontend: (
+                resolved.get(Family::Frontend).param("request_us"),
+                resolved.get(Family::Frontend).param("prompt_token_us"),
+            ),
             memory: (memory.param("non_torch_bytes"), memory.param("non_torch_bytes_per_peer")),
             resolved,
         }
@@ -381,6 +387,11 @@ impl Environment for Pricer {
         by_rank.add(host_rank, host_micros);
 
         StepPrice { micros: by_rank.total(), host_micros, by_rank }
+    }
+
+    fn frontend_micros(&self, prompt_tokens: u32) -> f64 {
+        let (request_us, token_us) = self.frontend;
+        request_us + token_us * f64::from(prompt_tokens)
     }
 }
 

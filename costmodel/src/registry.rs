@@ -41,11 +41,14 @@ pub enum Family {
     Launch,
     /// Memory outside the framework's allocator (CUDA context, communication buffers).
     Memory,
+    /// The API server in front of the engine: what a request costs before the scheduler sees it
+    /// (HTTP, tokenization) and its first token after (detokenization, the first SSE event).
+    Frontend,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 10] = [
         Family::Gemm,
         Family::PrefillAttention,
         Family::DecodeAttention,
@@ -55,6 +58,7 @@ impl Family {
         Family::Host,
         Family::Launch,
         Family::Memory,
+        Family::Frontend,
     ];
 
     /// The parameters an entry of this family must give, each with what it means.
@@ -98,6 +102,10 @@ impl Family {
                 ("non_torch_bytes", "memory outside the allocator on each GPU, bytes"),
                 ("non_torch_bytes_per_peer", "extra per tensor-parallel peer (communication buffers), bytes"),
             ],
+            Family::Frontend => &[
+                ("request_us", "API-server time per request before the engine sees it, µs"),
+                ("prompt_token_us", "and per prompt token (tokenization), µs"),
+            ],
         }
     }
 
@@ -113,6 +121,7 @@ impl Family {
             Family::Host => "host",
             Family::Launch => "launch",
             Family::Memory => "memory",
+            Family::Frontend => "frontend",
         }
     }
 }
@@ -186,15 +195,31 @@ impl Entry {
 #[serde(deny_unknown_fields)]
 struct RegistryFile {
     entries: Vec<Entry>,
+    #[serde(default)]
+    uncertainty: Vec<CoefficientSample>,
+}
+
+/// One alternative set of a fitted bundle's parameters (e.g. a fit leaving one experiment
+/// out), so a run can show how much a figure moves across the fit's uncertainty.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoefficientSample {
+    /// The bundle it replaces parameters of.
+    pub bundle: String,
+    /// What the sample is (which experiment was left out, say).
+    pub label: String,
+    /// `family.parameter` → value, for the parameters that differ from the bundle's.
+    pub params: BTreeMap<String, f64>,
 }
 
 /// The embedded registry.
 pub const EMBEDDED_REGISTRY: &str = include_str!("../data/registry.yaml");
 
-/// All coefficient entries of a run.
+/// All coefficient entries of a run, and the uncertainty samples of fitted bundles.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Registry {
     entries: Vec<Entry>,
+    uncertainty: Vec<CoefficientSample>,
 }
 
 impl Registry {
@@ -207,7 +232,53 @@ impl Registry {
     /// values, missing `"*"` entries and ambiguous entries, naming the entries.
     pub fn parse(text: &str) -> Result<Registry, FieldError> {
         let file: RegistryFile = yaml::from_str(text)?;
-        Registry::from_entries(file.entries)
+        Registry::from_entries(file.entries)?.with_uncertainty(file.uncertainty)
+    }
+
+    /// The registry as YAML, as [`Registry::parse`] reads it.
+    pub fn to_yaml(&self) -> String {
+        #[derive(Serialize)]
+        struct File<'a> {
+            entries: &'a [Entry],
+            #[serde(skip_serializing_if = "<[CoefficientSample]>::is_empty")]
+            uncertainty: &'a [CoefficientSample],
+        }
+        yaml::to_string(&File { entries: &self.entries, uncertainty: &self.uncertainty })
+            .expect("a registry serialises")
+    }
+
+    /// The same registry with its uncertainty samples replaced.
+    pub fn with_uncertainty(&self, samples: Vec<CoefficientSample>) -> Result<Registry, FieldError> {
+        for (i, sample) in samples.iter().enumerate() {
+            self.applied(sample).map_err(|e| e.within(&format!("uncertainty[{i}]")))?;
+        }
+        Ok(Registry { entries: self.entries.clone(), uncertainty: samples })
+    }
+
+    /// The uncertainty samples.
+    pub fn uncertainty(&self) -> &[CoefficientSample] {
+        &self.uncertainty
+    }
+
+    /// The registry with sample `sample`'s parameters put into its bundle (and no samples).
+    pub fn with_sample(&self, sample: &CoefficientSample) -> Result<Registry, FieldError> {
+        self.applied(sample)
+    }
+
+    /// The entries with `sample`'s parameters put into its bundle (no samples), refusing names
+    /// that do not exist and values out of range.
+    fn applied(&self, sample: &CoefficientSample) -> Result<Registry, FieldError> {
+        let mut changed = self.clone();
+        for (name, value) in &sample.params {
+            let (family, param) = name.split_once('.').unwrap_or((name, ""));
+            let entry = changed
+                .entries
+                .iter_mut()
+                .find(|e| e.bundle.as_deref() == Some(&sample.bundle) && e.family.as_str() == family && e.params.contains_key(param))
+                .ok_or_else(|| FieldError::new(format!("params.{name}"), value, format!("no entry of bundle {} has it", sample.bundle)))?;
+            entry.params.insert(param.to_owned(), *value);
+        }
+        Registry::from_entries(changed.entries)
     }
 
     /// A registry from entries, checked as [`Registry::parse`] checks them.
@@ -262,7 +333,7 @@ impl Registry {
                 ));
             }
         }
-        Ok(Registry { entries })
+        Ok(Registry { entries, uncertainty: Vec::new() })
     }
 
     /// Every entry, in file order.
@@ -312,7 +383,7 @@ impl Registry {
 /// The entry chosen for each family, for one chip.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {
-    entries: [Entry; 9],
+    entries: [Entry; 10],
 }
 
 impl Resolved {
@@ -408,7 +479,7 @@ mod tests {
         assert!(
             e.cause.contains("ambiguous")
                 && e.cause.contains("another paper")
-                && e.cause.contains("entries[9]"),
+                && e.cause.contains("entries[10]"),
             "{e}"
         );
     }

@@ -368,7 +368,12 @@ fn plan(
         question_tokens,
         order,
         output_tokens: shared.output_len,
-        stages: profile.load.stages.iter().map(|s| (s.rate, s.duration)).collect(),
+        stages: profile
+            .load
+            .stages
+            .iter()
+            .map(|s| (s.rate, import.stage_duration_cap_s.map_or(s.duration, |cap| s.duration.min(cap))))
+            .collect(),
         ignored_keys,
         timeout_s: profile.load.request_timeout.unwrap_or(DEFAULT_TIMEOUT_S),
     };

@@ -158,6 +158,11 @@ impl VllmEngine {
         &self.scheduler
     }
 
+    /// The API server's time for a request of `prompt_tokens` before the engine sees it, µs.
+    pub fn frontend_micros(&self, prompt_tokens: u32) -> f64 {
+        self.environment.frontend_micros(prompt_tokens)
+    }
+
     /// Accept a request, or refuse it as vLLM's API server would.
     pub fn add_request(&mut self, request: &EngineRequest) -> Result<(), Rejection> {
         let prompt = request.prompt_token_ids.len() as u32;

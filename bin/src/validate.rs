@@ -1,0 +1,54 @@
+//! `blis-actor validate-real DIR...`: each real experiment re-run as it ran, compared stage by
+//! stage with what its client measured.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use blis_actors::validation::{Experiment, Row, median_absolute_errors, rows, simulate};
+use blis_costmodel::CostData;
+
+/// Run every experiment and render the table and the median absolute errors; the rows too.
+pub fn validate(
+    dirs: &[PathBuf],
+    replications: u32,
+    stage_cap_s: Option<f64>,
+    data: &CostData,
+) -> Result<(String, Vec<Row>), String> {
+    let mut all = Vec::new();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<48} {:>5} {:<18} {:>12} {:>22} {:>9}",
+        "experiment", "stage", "metric", "real", "simulated", "error"
+    );
+    for dir in dirs {
+        let experiment = Experiment::load(dir).map_err(|e| e.to_string())?;
+        let simulated = simulate(&experiment, replications, stage_cap_s, data)
+            .map_err(|e| format!("{}: {e}", experiment.name))?;
+        for row in rows(&experiment, &simulated) {
+            let simulated = match row.half_width {
+                Some(h) => format!("{:.4} ± {:.4}", row.simulated, h),
+                None => format!("{:.4}", row.simulated),
+            };
+            let error = row.relative_error.map_or_else(|| "-".to_owned(), |e| format!("{:+.1}%", e * 100.0));
+            let _ = writeln!(
+                out,
+                "{:<48} {:>5} {:<18} {:>12.4} {:>22} {:>9}",
+                row.experiment, row.stage, row.metric, row.real, simulated, error
+            );
+            all.push(row);
+        }
+        if experiment.overloaded() {
+            let _ = writeln!(out, "{:<48} overloaded in the real run: latencies not scored", experiment.name);
+        }
+    }
+    let _ = writeln!(out, "\nmedian absolute error over scored stages:");
+    for (metric, error) in median_absolute_errors(&all) {
+        let _ = writeln!(out, "  {metric:<12} {:.1}%", error * 100.0);
+    }
+    let _ = writeln!(
+        out,
+        "(times in seconds; per_token = (mean request latency − mean TTFT) / (output_len − 1); the client's TPOT and ITL are left out: it stamped blank SSE lines too)"
+    );
+    Ok((out, all))
+}
