@@ -151,11 +151,11 @@ impl EngineHost {
             }
             ClusterMessage::Completion(_) | ClusterMessage::Rejection(_) => return,
         };
-        self.admit(call, now, out);
+        self.admit(&call, now, out);
     }
 
     /// Hand a request to the engine (or refuse it as the API server would).
-    fn admit(&mut self, call: Box<CallRequest>, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+    fn admit(&mut self, call: &CallRequest, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         let key = call.request.key;
         match self.engine.add_request(&call.request) {
             Ok(()) => {
@@ -341,7 +341,7 @@ impl Actor<ClusterMessage> for EngineHost {
             && entry.key().0 <= now
         {
             let call = entry.remove();
-            self.admit(call, now, out);
+            self.admit(&call, now, out);
         }
         self.run_loop(now, out);
         if let Some(stall) = self.engine.stall() {
