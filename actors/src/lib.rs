@@ -8,6 +8,7 @@
 //! request's fate.
 
 mod assembly;
+pub mod calibration;
 mod client;
 mod comparison;
 mod engine_host;

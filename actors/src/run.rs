@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use blis_contracts::{
     Arrival, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS, PricingRecord,
     RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario, ScenarioRecord,
-    StopRule, WarmUpRecord,
+    SpreadRecord, StopRule, WarmUpRecord,
 };
 use blis_costmodel::CostData;
 use blis_kernel::{HostKind, KernelError, Observer, SimTime};
@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::assembly::AssemblyOptions;
 use crate::client::call_key;
-use crate::figures::{acceptance, estimates, replication_record, validity};
+use crate::figures::{acceptance, estimates, replication_record, scalars, validity};
 use crate::message::ClusterMessage;
 use crate::replication::{ReplicationRun, replication_seed, run_replication};
 
@@ -42,6 +42,9 @@ pub struct RunOptions {
     pub threads: Option<usize>,
     /// SHA-256 of the binary running the simulation, for the Result (the command line sets it).
     pub binary_sha256: Option<String>,
+    /// Also run replication 0 once per uncertainty sample of the registry's fitted bundles and
+    /// report how far each figure moves.
+    pub coefficient_spread: bool,
 }
 
 /// How far a run has got, for a progress display.
@@ -269,6 +272,11 @@ pub fn run_observed(
         metrics: (!all_withheld).then(|| records[0].metrics.clone()),
         estimates,
         withheld,
+        coefficient_spread: if options.coefficient_spread {
+            coefficient_spread(text, &options, data, &records[0].metrics)?
+        } else {
+            BTreeMap::new()
+        },
         replications: records,
         instances: first.instances,
         simulation: first.simulation,
@@ -294,6 +302,38 @@ fn workload_files(scenario: &Scenario, base_dir: &std::path::Path) -> Vec<FileHa
 /// Lower-case hex of `bytes`.
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Replication 0 run once per uncertainty sample of the registry: each figure's nominal value
+/// and its range over the samples.
+fn coefficient_spread(
+    text: &str,
+    options: &RunOptions,
+    data: &CostData,
+    nominal: &blis_contracts::Metrics,
+) -> Result<BTreeMap<String, SpreadRecord>, RunError> {
+    let samples = data.registry.uncertainty();
+    let mut spread: BTreeMap<String, SpreadRecord> = BTreeMap::new();
+    for (name, value) in scalars(nominal) {
+        if let Some(value) = value {
+            spread.insert(name, SpreadRecord { nominal: value, min: value, max: value, samples: 0 });
+        }
+    }
+    for sample in samples {
+        let registry = data.registry.with_sample(sample).map_err(RunError::Input)?;
+        let sampled = data.with_registry(registry);
+        let single = RunOptions { replications: Some(1), coefficient_spread: false, ..options.clone() };
+        let (output, _) = run_observed(text, single, &sampled, Vec::new(), &mut |_| {})?;
+        for (name, value) in scalars(&output.result.replications[0].metrics) {
+            if let (Some(value), Some(record)) = (value, spread.get_mut(&name)) {
+                record.min = record.min.min(value);
+                record.max = record.max.max(value);
+                record.samples += 1;
+            }
+        }
+    }
+    spread.retain(|_, r| r.samples > 0);
+    Ok(spread)
 }
 
 /// Threads to run replications on: the machine's cores.

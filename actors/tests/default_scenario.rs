@@ -22,6 +22,7 @@ fn run_default(seed: Option<u64>, host: HostKind) -> RunOutput {
             replications: Some(1),
             threads: None,
             binary_sha256: None,
+            coefficient_spread: false,
         },
         &mut |_| {},
     )

@@ -45,6 +45,7 @@ fn replay(dir: PathBuf, path: &str, format: &str) -> Result<RunOutput, RunError>
         replications: Some(1),
         threads: None,
         binary_sha256: None,
+        coefficient_spread: false,
     };
     run(&scenario(path, format), options, &mut |_| {})
 }

@@ -59,6 +59,7 @@ fn run_text(text: &str, base_dir: Option<PathBuf>, export_workload: bool) -> Res
             replications: Some(1),
             threads: None,
             binary_sha256: None,
+            coefficient_spread: false,
         },
         &mut |_| {},
     )

@@ -3,6 +3,7 @@
 //! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
 //! to files and stdout; progress and logs go to stderr.
 
+mod calibrate;
 mod compare;
 mod fit;
 mod listing;
@@ -49,6 +50,10 @@ enum Command {
         /// Threads to run replications on (default: every core); outputs never depend on it.
         #[arg(long)]
         threads: Option<usize>,
+        /// Also run once per uncertainty sample of the calibrated coefficients and report how far
+        /// each figure moves.
+        #[arg(long)]
+        coefficient_spread: bool,
         /// Directory for result.json and calls.jsonl.
         #[arg(long, default_value = "out")]
         out: PathBuf,
@@ -129,6 +134,29 @@ enum Command {
         /// Shorten every stage to at most this many seconds (same rates).
         #[arg(long)]
         stage_cap_s: Option<f64>,
+        /// Validate each experiment with the registry's uncertainty sample fitted without it
+        /// (leave-one-experiment-out), instead of the full fit.
+        #[arg(long)]
+        leave_one_out: bool,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    /// Fit the registry's calibrated bundle on real experiments (simulator in the loop), with
+    /// the fits leaving one experiment out as its uncertainty; writes a registry `--registry`
+    /// loads.
+    Calibrate {
+        /// Experiment folders (each with exp-config.yaml, profile.yaml and results/).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where to write the registry.
+        #[arg(long)]
+        out: PathBuf,
+        /// Stages shortened to this many seconds in every evaluation.
+        #[arg(long, default_value_t = 150.0)]
+        stage_cap_s: f64,
+        /// Objective evaluations of the full fit (a third of it for each leave-one-out fit).
+        #[arg(long, default_value_t = 220)]
+        evaluations: usize,
         #[command(flatten)]
         data: DataArgs,
     },
@@ -194,6 +222,7 @@ fn main() -> ExitCode {
             seed,
             replications,
             threads,
+            coefficient_spread,
             out,
             host,
             trace,
@@ -221,6 +250,7 @@ fn main() -> ExitCode {
                     replications,
                     threads,
                     binary_sha256: binary_sha256(),
+                    coefficient_spread,
                 },
                 &data,
                 &outputs,
@@ -245,14 +275,29 @@ fn main() -> ExitCode {
             Err(message) => fail(2, message),
         },
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
-        Command::ValidateReal { dirs, replications, stage_cap_s, data } => match data.load() {
-            Ok(data) => match validate::validate(&dirs, replications.max(1), stage_cap_s, &data) {
-                Ok((table, _)) => {
-                    print!("{table}");
-                    ExitCode::SUCCESS
+        Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, data } => match data.load() {
+            Ok(data) => {
+                match validate::validate(&dirs, replications.max(1), stage_cap_s, leave_one_out, &data) {
+                    Ok((table, _)) => {
+                        print!("{table}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(message) => fail(2, message),
                 }
-                Err(message) => fail(2, message),
-            },
+            }
+            Err(message) => fail(2, message),
+        },
+        Command::Calibrate { dirs, out, stage_cap_s, evaluations, data } => match data.load() {
+            Ok(data) => {
+                let options = blis_actors::calibration::CalibrationOptions { stage_cap_s, evaluations };
+                match calibrate::calibrate(&dirs, &out, &options, &data) {
+                    Ok(report) => {
+                        print!("{report}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(message) => fail(2, message),
+                }
+            }
             Err(message) => fail(2, message),
         },
         Command::Replay { file, host, data } => match data.load() {
@@ -516,6 +561,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         replications: inputs.replications,
         threads: None,
         binary_sha256: None,
+        coefficient_spread: false,
     };
     let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
         Ok(done) => done,

@@ -56,6 +56,20 @@ pub fn render(output: &RunOutput) -> String {
             let _ = writeln!(s, "preemptions: {}", with_interval(preemptions, 1));
         }
     }
+    if !r.coefficient_spread.is_empty() {
+        let samples = r.coefficient_spread.values().map(|s| s.samples).max().unwrap_or(0);
+        let _ =
+            writeln!(s, "coefficient uncertainty (replication 0 rerun with {samples} calibrated samples):");
+        for name in ["ttft_ms.mean", "tpot_ms.mean", "e2e_ms.mean", "e2e_ms.p99", "output_tokens_per_s"] {
+            if let Some(spread) = r.coefficient_spread.get(name) {
+                let _ = writeln!(
+                    s,
+                    "  {name:<20} {:.3} (from {:.3} to {:.3})",
+                    spread.nominal, spread.min, spread.max
+                );
+            }
+        }
+    }
     for reason in &r.withheld {
         let _ = writeln!(s, "withheld: {reason}");
     }

@@ -12,28 +12,40 @@ pub fn validate(
     dirs: &[PathBuf],
     replications: u32,
     stage_cap_s: Option<f64>,
+    leave_one_out: bool,
     data: &CostData,
 ) -> Result<(String, Vec<Row>), String> {
     let mut all = Vec::new();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<48} {:>5} {:<18} {:>12} {:>22} {:>9}",
+        "{:<48} {:>5} {:<18} {:>12} {:>24} {:>9}",
         "experiment", "stage", "metric", "real", "simulated", "error"
     );
     for dir in dirs {
         let experiment = Experiment::load(dir).map_err(|e| e.to_string())?;
+        let held_out;
+        let data = if leave_one_out {
+            let label = format!("fitted without {}", experiment.name);
+            let sample = data.registry.uncertainty().iter().find(|s| s.label == label).ok_or_else(|| {
+                format!("--leave-one-out: the registry has no uncertainty sample {label:?}")
+            })?;
+            held_out = data.with_registry(data.registry.with_sample(sample).map_err(|e| e.to_string())?);
+            &held_out
+        } else {
+            data
+        };
         let simulated = simulate(&experiment, replications, stage_cap_s, data)
             .map_err(|e| format!("{}: {e}", experiment.name))?;
         for row in rows(&experiment, &simulated) {
             let simulated = match row.half_width {
-                Some(h) => format!("{:.4} ± {:.4}", row.simulated, h),
-                None => format!("{:.4}", row.simulated),
+                Some(h) => format!("{:.6} ± {:.6}", row.simulated, h),
+                None => format!("{:.6}", row.simulated),
             };
             let error = row.relative_error.map_or_else(|| "-".to_owned(), |e| format!("{:+.1}%", e * 100.0));
             let _ = writeln!(
                 out,
-                "{:<48} {:>5} {:<18} {:>12.4} {:>22} {:>9}",
+                "{:<48} {:>5} {:<18} {:>12.6} {:>24} {:>9}",
                 row.experiment, row.stage, row.metric, row.real, simulated, error
             );
             all.push(row);

@@ -230,3 +230,64 @@ fn fit_workload_refuses_a_bad_line_by_file_line_and_field() {
     assert!(output.stdout.is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn validate_real_prints_every_stage_and_metric_with_its_signed_error() {
+    // The smallest reference experiment (Llama-2-70B codegen, 5/s then 10/s), stages cut to 20 s.
+    let dir = format!(
+        "{}/../fixtures/reference-data/real-vllm-h100/20260217-203421-llama-2-70b-hf-tp4-codegen",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let output = blis_actor(&["validate-real", &dir, "--replications", "2", "--stage-cap-s", "20"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let metrics = [
+        "ttft_mean",
+        "ttft_p50",
+        "ttft_p90",
+        "ttft_p99",
+        "e2e_mean",
+        "e2e_p50",
+        "e2e_p90",
+        "e2e_p99",
+        "per_token",
+    ];
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| l.starts_with("20260217-203421"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2 * metrics.len(), "two stages of nine metrics:\n{stdout}");
+    let results = format!("{dir}/results");
+    for (i, row) in rows.iter().enumerate() {
+        let (stage, metric) = (i / metrics.len(), metrics[i % metrics.len()]);
+        assert_eq!((row[1], row[2]), (stage.to_string().as_str(), metric), "{row:?}");
+        // The real value is the stage file's.
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{results}/stage_{stage}_lifecycle_metrics.json")).unwrap(),
+        )
+        .unwrap();
+        let latency = &json["successes"]["latency"];
+        let pick = |m: &str, s: &str| latency[m][s].as_f64().unwrap();
+        let real = match metric {
+            "ttft_mean" => pick("time_to_first_token", "mean"),
+            "ttft_p50" => pick("time_to_first_token", "median"),
+            "ttft_p90" => pick("time_to_first_token", "p90"),
+            "ttft_p99" => pick("time_to_first_token", "p99"),
+            "e2e_mean" => pick("request_latency", "mean"),
+            "e2e_p50" => pick("request_latency", "median"),
+            "e2e_p90" => pick("request_latency", "p90"),
+            "e2e_p99" => pick("request_latency", "p99"),
+            _ => (pick("request_latency", "mean") - pick("time_to_first_token", "mean")) / 246.0,
+        };
+        let printed_real: f64 = row[3].parse().unwrap();
+        assert!((printed_real - real).abs() < 5e-7, "{metric}: {printed_real} vs {real}");
+        // simulated ± half width, then the signed error, (sim − real) / real in percent.
+        let simulated: f64 = row[4].parse().unwrap();
+        assert_eq!(row[5], "±");
+        let error: f64 = row[7].trim_end_matches('%').parse().unwrap();
+        let expected = (simulated - printed_real) / printed_real * 100.0;
+        assert!((error - expected).abs() < 0.06, "{metric}: printed {error}%, recomputed {expected}%");
+    }
+    assert!(stdout.contains("median absolute error over scored stages:"));
+}

@@ -39,7 +39,7 @@ pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
     DataRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord, LatencySummary, Metrics,
     OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult, ScenarioRecord,
-    SimulationRecord, ValidityRecord,
+    SimulationRecord, SpreadRecord, ValidityRecord,
 };
 pub use scenario::{
     Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,

@@ -43,6 +43,11 @@ pub struct RunResult {
     pub estimates: BTreeMap<String, EstimateRecord>,
     /// What was withheld and why (a failed acceptance condition, an overload).
     pub withheld: Vec<String>,
+    /// How far each figure of replication 0 moves across the calibrated coefficients'
+    /// uncertainty samples (asked for with `--coefficient-spread`; empty otherwise): the same
+    /// seed run once per sample, separately from the workload-randomness intervals.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub coefficient_spread: BTreeMap<String, SpreadRecord>,
     /// Each replication's seed, fates, figures, histograms and overload assessment.
     pub replications: Vec<ReplicationRecord>,
     /// Replication 0's engine instances' own counters at the end.
@@ -62,6 +67,19 @@ pub struct EstimateRecord {
     pub n: u64,
     /// The interval's confidence level.
     pub level: f64,
+}
+
+/// A figure's range across coefficient samples.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpreadRecord {
+    /// With the fitted coefficients.
+    pub nominal: f64,
+    /// Smallest over the samples.
+    pub min: f64,
+    /// Largest over the samples.
+    pub max: f64,
+    /// Samples run.
+    pub samples: u32,
 }
 
 /// One replication's summary.

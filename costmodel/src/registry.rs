@@ -274,8 +274,18 @@ impl Registry {
             let entry = changed
                 .entries
                 .iter_mut()
-                .find(|e| e.bundle.as_deref() == Some(&sample.bundle) && e.family.as_str() == family && e.params.contains_key(param))
-                .ok_or_else(|| FieldError::new(format!("params.{name}"), value, format!("no entry of bundle {} has it", sample.bundle)))?;
+                .find(|e| {
+                    e.bundle.as_deref() == Some(&sample.bundle)
+                        && e.family.as_str() == family
+                        && e.params.contains_key(param)
+                })
+                .ok_or_else(|| {
+                    FieldError::new(
+                        format!("params.{name}"),
+                        value,
+                        format!("no entry of bundle {} has it", sample.bundle),
+                    )
+                })?;
             entry.params.insert(param.to_owned(), *value);
         }
         Registry::from_entries(changed.entries)

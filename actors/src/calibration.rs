@@ -1,0 +1,327 @@
+//! Calibration: a few shared physical terms of the cost model fitted, with the simulator in the
+//! loop, to real experiments, written as one `calibrated` bundle of the registry.
+//!
+//! The terms (`TERMS`) are the sustained shares of the chip's peaks (GEMM compute, GEMM weight
+//! streaming, paged-attention KV reads), the all-reduce latency, the host's CPU time per step, the
+//! API server's time per request and, when a training experiment serves an MoE model, the routing
+//! time per MoE layer. They are shared by every model and experiment: nothing is fitted per
+//! experiment. The objective is the sum over training stages of squared log ratios of simulated to
+//! real mean TTFT, mean request latency and per-token time — for an overloaded experiment the
+//! per-token time only (its decode runs at full batch; its latencies measure the queue). Each
+//! evaluation re-simulates every training experiment (stages shortened, one fixed seed). The
+//! minimiser is a bounded Nelder–Mead on the terms scaled to [0, 1].
+
+use blis_contracts::{FieldError, Rank};
+use blis_costmodel::{CostData, Entry, Family, FitRange, Registry};
+
+use crate::run::RunError;
+use crate::validation::{Experiment, StageFigures, simulate};
+
+/// The bundle calibration writes.
+pub const BUNDLE: &str = "vllm-0.15.1-h100";
+
+/// The chip the reference experiments ran on.
+pub const CHIP: &str = "H100-SXM";
+
+/// One fitted term: a value shared by one or more parameters of a family.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Term {
+    /// Its name, `family.parameter`.
+    pub name: &'static str,
+    /// The family.
+    pub family: Family,
+    /// The family's parameters that take its value.
+    pub params: &'static [&'static str],
+    /// Its bounds.
+    pub bounds: (f64, f64),
+    /// Where the search starts.
+    pub initial: f64,
+    /// Only fitted when a training experiment serves an MoE model.
+    pub moe_only: bool,
+}
+
+/// The terms calibration fits.
+pub const TERMS: &[Term] = &[
+    Term {
+        name: "gemm.compute_efficiency",
+        family: Family::Gemm,
+        params: &["compute_efficiency"],
+        bounds: (0.2, 1.0),
+        initial: 0.7,
+        moe_only: false,
+    },
+    Term {
+        name: "gemm.memory_efficiency",
+        family: Family::Gemm,
+        params: &["memory_efficiency"],
+        bounds: (0.3, 1.0),
+        initial: 0.85,
+        moe_only: false,
+    },
+    Term {
+        name: "decode_attention.memory_efficiency",
+        family: Family::DecodeAttention,
+        params: &["memory_efficiency"],
+        bounds: (0.15, 1.0),
+        initial: 0.8,
+        moe_only: false,
+    },
+    Term {
+        name: "all_reduce.latency_us",
+        family: Family::AllReduce,
+        params: &["latency_us_tp2", "latency_us_tp4", "latency_us_tp8"],
+        bounds: (0.0, 80.0),
+        initial: 20.0,
+        moe_only: false,
+    },
+    Term {
+        name: "host.step_us",
+        family: Family::Host,
+        params: &["step_us"],
+        bounds: (0.0, 6000.0),
+        initial: 1500.0,
+        moe_only: false,
+    },
+    Term {
+        name: "frontend.request_us",
+        family: Family::Frontend,
+        params: &["request_us"],
+        bounds: (0.0, 40_000.0),
+        initial: 8000.0,
+        moe_only: false,
+    },
+    Term {
+        name: "moe_dispatch.latency_us",
+        family: Family::MoeDispatch,
+        params: &["latency_us"],
+        bounds: (0.0, 400.0),
+        initial: 20.0,
+        moe_only: true,
+    },
+];
+
+/// How to calibrate.
+#[derive(Clone, Debug)]
+pub struct CalibrationOptions {
+    /// Stages shortened to this many seconds in every evaluation.
+    pub stage_cap_s: f64,
+    /// Objective evaluations at most.
+    pub evaluations: usize,
+}
+
+impl Default for CalibrationOptions {
+    fn default() -> CalibrationOptions {
+        CalibrationOptions { stage_cap_s: 150.0, evaluations: 220 }
+    }
+}
+
+/// A fit: the terms used and their values, the objective reached, evaluations spent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fit {
+    /// The terms fitted, with their values.
+    pub values: Vec<(Term, f64)>,
+    /// The objective at the values.
+    pub objective: f64,
+    /// Evaluations spent.
+    pub evaluations: usize,
+}
+
+/// The terms that apply to `experiments`.
+pub fn terms_for(experiments: &[Experiment], data: &CostData) -> Vec<Term> {
+    let moe = experiments
+        .iter()
+        .any(|e| data.catalog.model(&e.model, "").is_ok_and(|m| m.architecture.moe.is_some()));
+    TERMS.iter().copied().filter(|t| moe || !t.moe_only).collect()
+}
+
+/// `base` with the calibrated bundle holding `values`, fitted on `experiments` (named in the
+/// entries' source and tensor-parallel range).
+pub fn calibrated_registry(
+    base: &Registry,
+    values: &[(Term, f64)],
+    experiments: &[Experiment],
+) -> Result<Registry, FieldError> {
+    let resolved = base.resolve(CHIP);
+    let mut entries: Vec<Entry> =
+        base.entries().iter().filter(|e| e.bundle.as_deref() != Some(BUNDLE)).cloned().collect();
+    let tp = experiments.iter().map(|e| e.tensor_parallel);
+    let range = FitRange {
+        tokens: None,
+        tensor_parallel: Some([tp.clone().min().unwrap_or(1), tp.max().unwrap_or(1)]),
+    };
+    let names: Vec<&str> = experiments.iter().map(|e| e.name.as_str()).collect();
+    let mut families: Vec<Family> = values.iter().map(|(t, _)| t.family).collect();
+    families.dedup();
+    for family in families {
+        let mut entry = resolved.get(family).clone();
+        for (term, value) in values.iter().filter(|(t, _)| t.family == family) {
+            for param in term.params {
+                entry.params.insert((*param).to_owned(), *value);
+            }
+        }
+        entry.chip = CHIP.to_owned();
+        entry.rank = Rank::Calibrated;
+        entry.bundle = Some(BUNDLE.to_owned());
+        entry.range = Some(range);
+        entry.source = format!(
+            "blis-actor calibrate (simulator in the loop, shared terms, squared log errors of mean TTFT, mean request latency and per-token time) on reference-data/real-vllm-h100: {}",
+            names.join(", ")
+        );
+        entries.push(entry);
+    }
+    Registry::from_entries(entries)
+}
+
+/// The objective of `values` on `experiments`.
+fn objective(
+    base: &CostData,
+    values: &[(Term, f64)],
+    experiments: &[Experiment],
+    options: &CalibrationOptions,
+) -> Result<f64, RunError> {
+    let registry = calibrated_registry(&base.registry, values, experiments).map_err(RunError::Input)?;
+    let data = base.with_registry(registry);
+    let mut total = 0.0;
+    let simulated: Vec<Result<Vec<Vec<StageFigures>>, RunError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = experiments
+            .iter()
+            .map(|experiment| scope.spawn(|| simulate(experiment, 1, Some(options.stage_cap_s), &data)))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a simulation thread does not panic")).collect()
+    });
+    for (experiment, simulated) in experiments.iter().zip(simulated) {
+        let simulated = simulated?;
+        for (s, real) in experiment.stages.iter().enumerate() {
+            let sim = &simulated[0][s];
+            // Mean TTFT, mean request latency, per-token time (indices 0, 4, 8 of METRICS).
+            let compared: &[usize] = if experiment.overloaded() { &[8] } else { &[0, 4, 8] };
+            for &k in compared {
+                let ratio = sim.values[k] / real.values[k];
+                total += if ratio.is_finite() && ratio > 0.0 { ratio.ln().powi(2) } else { 100.0 };
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Fit `terms` on `experiments`, starting from `start` (scaled to [0, 1]; the terms' initial
+/// values when absent).
+pub fn fit(
+    base: &CostData,
+    experiments: &[Experiment],
+    terms: &[Term],
+    start: Option<&[f64]>,
+    options: &CalibrationOptions,
+) -> Result<Fit, RunError> {
+    let unscale = |x: &[f64]| -> Vec<(Term, f64)> {
+        terms
+            .iter()
+            .zip(x)
+            .map(|(t, &u)| (*t, t.bounds.0 + u.clamp(0.0, 1.0) * (t.bounds.1 - t.bounds.0)))
+            .collect()
+    };
+    let initial: Vec<f64> = match start {
+        Some(x) => x.to_vec(),
+        None => terms.iter().map(|t| (t.initial - t.bounds.0) / (t.bounds.1 - t.bounds.0)).collect(),
+    };
+    let mut evaluations = 0;
+    let mut error = None;
+    let mut f = |x: &[f64]| -> f64 {
+        evaluations += 1;
+        match objective(base, &unscale(x), experiments, options) {
+            Ok(v) => v,
+            Err(e) => {
+                error.get_or_insert(e);
+                f64::INFINITY
+            }
+        }
+    };
+    let (best, value) = nelder_mead(&mut f, &initial, 0.15, options.evaluations);
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok(Fit { values: unscale(&best), objective: value, evaluations })
+}
+
+/// The terms of `fit` scaled to [0, 1], to start another fit from it.
+pub fn scaled(fit: &Fit) -> Vec<f64> {
+    fit.values.iter().map(|(t, v)| (v - t.bounds.0) / (t.bounds.1 - t.bounds.0)).collect()
+}
+
+/// Minimise `f` on the unit cube from `start` (coordinates clamped into it), simplex steps of
+/// `step`, at most `budget` evaluations. Deterministic.
+fn nelder_mead(f: &mut dyn FnMut(&[f64]) -> f64, start: &[f64], step: f64, budget: usize) -> (Vec<f64>, f64) {
+    let n = start.len();
+    let clamp = |x: Vec<f64>| -> Vec<f64> { x.into_iter().map(|v| v.clamp(0.0, 1.0)).collect() };
+    let mut used = 0;
+    let mut eval = |x: &[f64], used: &mut usize| -> f64 {
+        *used += 1;
+        f(x)
+    };
+    let mut simplex: Vec<(Vec<f64>, f64)> = Vec::with_capacity(n + 1);
+    let first = clamp(start.to_vec());
+    let value = eval(&first, &mut used);
+    simplex.push((first.clone(), value));
+    for i in 0..n {
+        let mut x = first.clone();
+        x[i] = if x[i] + step <= 1.0 { x[i] + step } else { x[i] - step };
+        let value = eval(&x, &mut used);
+        simplex.push((x, value));
+    }
+    while used < budget {
+        simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let spread = simplex[n].1 - simplex[0].1;
+        if spread.abs() < 1e-9 {
+            break;
+        }
+        let centroid: Vec<f64> =
+            (0..n).map(|j| simplex[..n].iter().map(|p| p.0[j]).sum::<f64>() / n as f64).collect();
+        let toward = |t: f64, worst: &[f64]| -> Vec<f64> {
+            clamp(centroid.iter().zip(worst).map(|(c, w)| c + t * (c - w)).collect())
+        };
+        let worst = simplex[n].0.clone();
+        let reflected = toward(1.0, &worst);
+        let reflected_value = eval(&reflected, &mut used);
+        if reflected_value < simplex[0].1 {
+            let expanded = toward(2.0, &worst);
+            let expanded_value = eval(&expanded, &mut used);
+            simplex[n] = if expanded_value < reflected_value {
+                (expanded, expanded_value)
+            } else {
+                (reflected, reflected_value)
+            };
+        } else if reflected_value < simplex[n - 1].1 {
+            simplex[n] = (reflected, reflected_value);
+        } else {
+            let contracted = toward(-0.5, &worst);
+            let contracted_value = eval(&contracted, &mut used);
+            if contracted_value < simplex[n].1 {
+                simplex[n] = (contracted, contracted_value);
+            } else {
+                let best = simplex[0].0.clone();
+                for point in simplex.iter_mut().skip(1) {
+                    let shrunk: Vec<f64> =
+                        best.iter().zip(&point.0).map(|(b, x)| b + 0.5 * (x - b)).collect();
+                    point.1 = eval(&shrunk, &mut used);
+                    point.0 = shrunk;
+                }
+            }
+        }
+    }
+    simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+    simplex.swap_remove(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nelder_mead_finds_the_minimum_of_a_bounded_bowl() {
+        let mut f = |x: &[f64]| (x[0] - 0.3).powi(2) + 2.0 * (x[1] - 0.8).powi(2) + (x[2] - 1.0).powi(2);
+        let (best, value) = nelder_mead(&mut f, &[0.5, 0.5, 0.5], 0.2, 600);
+        assert!((best[0] - 0.3).abs() < 1e-3 && (best[1] - 0.8).abs() < 1e-3, "{best:?}");
+        assert!(best[2] > 0.99, "the bound holds: {best:?}");
+        assert!(value < 1e-5);
+    }
+}

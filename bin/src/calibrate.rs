@@ -1,0 +1,79 @@
+//! `blis-actor calibrate DIR...`: fit the calibrated bundle on real experiments, with the fits
+//! that leave one experiment out as its uncertainty, and write the registry.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use blis_actors::calibration::{
+    BUNDLE, CalibrationOptions, Fit, calibrated_registry, fit, scaled, terms_for,
+};
+use blis_actors::validation::Experiment;
+use blis_costmodel::{CoefficientSample, CostData};
+
+/// Fit, leave each experiment out in turn, write the registry to `out`; the report.
+pub fn calibrate(
+    dirs: &[PathBuf],
+    out: &Path,
+    options: &CalibrationOptions,
+    data: &CostData,
+) -> Result<String, String> {
+    let experiments: Vec<Experiment> =
+        dirs.iter().map(|d| Experiment::load(d).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let terms = terms_for(&experiments, data);
+    let mut report = String::new();
+    let full = fit(data, &experiments, &terms, None, options).map_err(|e| e.to_string())?;
+    let _ = writeln!(
+        report,
+        "fitted on {} experiments ({} evaluations), objective {:.5}",
+        experiments.len(),
+        full.evaluations,
+        full.objective
+    );
+    // Each experiment left out in turn, starting from the full fit: the spread of these fits is
+    // the bundle's uncertainty (a jackknife over experiments).
+    let leave_out = CalibrationOptions { evaluations: options.evaluations / 3, ..options.clone() };
+    let mut samples = Vec::new();
+    let mut jackknife: Vec<Fit> = Vec::new();
+    for (i, experiment) in experiments.iter().enumerate() {
+        let rest: Vec<Experiment> =
+            experiments.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, e)| e.clone()).collect();
+        let rest_terms = terms_for(&rest, data);
+        let start: Vec<f64> = rest_terms
+            .iter()
+            .map(|t| {
+                full.values
+                    .iter()
+                    .zip(scaled(&full))
+                    .find(|((u, _), _)| u.name == t.name)
+                    .map_or(0.5, |(_, s)| s)
+            })
+            .collect();
+        let fit = fit(data, &rest, &rest_terms, Some(&start), &leave_out).map_err(|e| e.to_string())?;
+        samples.push(CoefficientSample {
+            bundle: BUNDLE.to_owned(),
+            label: format!("fitted without {}", experiment.name),
+            params: fit
+                .values
+                .iter()
+                .flat_map(|(t, v)| t.params.iter().map(move |p| (format!("{}.{p}", t.family.as_str()), *v)))
+                .collect(),
+        });
+        jackknife.push(fit);
+    }
+    let _ = writeln!(report, "{:<38} {:>12} {:>26}", "term", "value", "range leaving one out");
+    for (term, value) in &full.values {
+        let others: Vec<f64> = jackknife
+            .iter()
+            .filter_map(|f| f.values.iter().find(|(t, _)| t.name == term.name).map(|(_, v)| *v))
+            .collect();
+        let (low, high) =
+            others.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
+        let _ = writeln!(report, "{:<38} {:>12.4} {:>12.4} – {:<12.4}", term.name, value, low, high);
+    }
+    let registry = calibrated_registry(&data.registry, &full.values, &experiments)
+        .and_then(|r| r.with_uncertainty(samples))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(out, registry.to_yaml()).map_err(|e| format!("{}: cannot write: {e}", out.display()))?;
+    let _ = writeln!(report, "wrote {}", out.display());
+    Ok(report)
+}
