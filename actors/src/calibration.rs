@@ -145,9 +145,13 @@ pub fn calibrated_registry(
     let mut entries: Vec<Entry> =
         base.entries().iter().filter(|e| e.bundle.as_deref() != Some(BUNDLE)).cloned().collect();
     let tp = experiments.iter().map(|e| e.tensor_parallel);
+    let mut models: Vec<String> = experiments.iter().map(|e| e.model.clone()).collect();
+    models.sort();
+    models.dedup();
     let range = FitRange {
         tokens: None,
         tensor_parallel: Some([tp.clone().min().unwrap_or(1), tp.max().unwrap_or(1)]),
+        models: Some(models),
     };
     let names: Vec<&str> = experiments.iter().map(|e| e.name.as_str()).collect();
     let mut families: Vec<Family> = values.iter().map(|(t, _)| t.family).collect();
@@ -162,7 +166,7 @@ pub fn calibrated_registry(
         entry.chip = CHIP.to_owned();
         entry.rank = Rank::Calibrated;
         entry.bundle = Some(BUNDLE.to_owned());
-        entry.range = Some(range);
+        entry.range = Some(range.clone());
         entry.source = format!(
             "blis-actor calibrate (simulator in the loop, shared terms, squared log errors of mean TTFT, mean request latency and per-token time) on reference-data/real-vllm-h100: {}",
             names.join(", ")

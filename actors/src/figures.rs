@@ -8,6 +8,7 @@ use blis_contracts::{
     AcceptanceOutcome, CallRecord, EstimateRecord, Fate, FrameSpec, LatencySummary, Metrics, OverloadRecord,
     Rank, RankShares, ReplicationRecord, RunKind, ValidityRecord, WarmUp,
 };
+use blis_costmodel::Registry;
 use serde_json::json;
 
 use crate::metrics::{metrics, tpot_us};
@@ -258,8 +259,9 @@ pub fn acceptance(records: &[ReplicationRecord], frame: &FrameSpec) -> (Vec<Acce
     (outcomes, withheld)
 }
 
-/// Whether the run's prices came from trusted data.
-pub fn validity(priced: &RankShares) -> ValidityRecord {
+/// Whether the run's prices came from trusted data, and its pools lie where that data was
+/// fitted (the models and tensor-parallel degrees of the calibration experiments).
+pub fn validity(priced: &RankShares, resolved: &serde_json::Value, registry: &Registry) -> ValidityRecord {
     let total = priced.total();
     let trusted = priced.get(Rank::Measured) + priced.get(Rank::Calibrated);
     let mut reasons = Vec::new();
@@ -280,5 +282,35 @@ pub fn validity(priced: &RankShares) -> ValidityRecord {
             }
         }
     }
-    ValidityRecord { in_domain: total > 0.0 && trusted / total >= 0.999, reasons }
+    for pool in resolved["pools"].as_array().into_iter().flatten() {
+        let (chip, model) =
+            (pool["chip"]["name"].as_str().unwrap_or(""), pool["model"]["name"].as_str().unwrap_or(""));
+        let tp = pool["engine"]["plan"]["layout"]["tensor"].as_u64().unwrap_or(1) as u32;
+        let name = pool["name"].as_str().unwrap_or("");
+        let resolution = registry.resolve(chip);
+        let fitted =
+            resolution.entries().iter().filter(|e| matches!(e.rank, Rank::Measured | Rank::Calibrated));
+        for range in fitted.filter_map(|e| e.range.as_ref()) {
+            if let Some(models) = range.models.as_ref().filter(|m| !m.iter().any(|m| m == model)) {
+                let reason = format!(
+                    "pool {name} serves {model}; the calibrated coefficients were fitted on {}",
+                    models.join(", ")
+                );
+                if !reasons.contains(&reason) {
+                    reasons.push(reason);
+                }
+            }
+            if let Some([low, high]) =
+                range.tensor_parallel.filter(|[low, high]| !(low..=high).contains(&&tp))
+            {
+                let reason = format!(
+                    "pool {name} runs tensor parallelism {tp}; the calibrated coefficients were fitted on {low}–{high}"
+                );
+                if !reasons.contains(&reason) {
+                    reasons.push(reason);
+                }
+            }
+        }
+    }
+    ValidityRecord { in_domain: total > 0.0 && trusted / total >= 0.999 && reasons.is_empty(), reasons }
 }

@@ -267,7 +267,7 @@ pub fn run_observed(
             acceptance: acceptance_outcomes,
             metrics: METRICS,
         },
-        validity: validity(&first.priced),
+        validity: validity(&first.priced, &first.resolved, &data.registry),
         fates: first.fates,
         metrics: (!all_withheld).then(|| records[0].metrics.clone()),
         estimates,

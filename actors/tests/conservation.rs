@@ -56,11 +56,12 @@ fn a_horizon_cut_leaves_every_arrival_with_one_fate() {
         f.dropped > 0 && f.completed > 0 && f.in_flight_at_horizon > 0 && f.queued_at_horizon > 0,
         "{f:?}"
     );
+    // (A call sent in the last instants may still be in the API server at the horizon.)
     assert!(
         output
             .calls
             .iter()
-            .filter(|c| c.client == "b")
+            .filter(|c| c.client == "b" && c.arrival_us < 19_000_000)
             .all(|c| c.fate == Fate::Dropped { reason: "exceeds_max_model_len".into() })
     );
     assert_eq!(output.result.simulation.end_time_us, 20_000_000);

@@ -39,7 +39,7 @@ fn run_with(text: &str, threads: usize) -> RunOutput {
 
 #[test]
 fn replications_are_identical_whatever_the_thread_count_and_give_intervals() {
-    let text = scenario("replications: 4", "", 1, 8.0, 150);
+    let text = scenario("replications: 4", "", 1, 4.0, 150);
     let (one, two) = (run_with(&text, 1), run_with(&text, 2));
     assert_eq!(one.result_json(), two.result_json());
     assert_eq!(one.calls_jsonl(), two.calls_jsonl());
@@ -125,8 +125,8 @@ fn a_failed_acceptance_condition_withholds_every_figure() {
 
 #[test]
 fn two_configurations_are_judged_on_paired_replications() {
-    let one = scenario("replications: 4", "", 1, 8.0, 150);
-    let two = scenario("replications: 4", "", 2, 8.0, 150);
+    let one = scenario("replications: 4", "", 1, 5.0, 150);
+    let two = scenario("replications: 4", "", 2, 5.0, 150);
     let options = RunOptions { threads: Some(2), ..RunOptions::default() };
     let data = CostData::embedded();
     let (_, _, same) = compare_configs(&one, &one, &options, &data).unwrap();

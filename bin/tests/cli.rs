@@ -139,7 +139,9 @@ fn an_ambiguous_registry_is_refused_naming_both_entries() {
     let path = dir.join("registry.yaml");
     let embedded = blis_costmodel::EMBEDDED_REGISTRY;
     let twin = "  - family: host\n    chip: \"*\"\n    rank: literature\n    source: \"a second opinion\"\n    params: { step_us: 1, request_us: 0, sampled_token_us: 0 }\n";
-    std::fs::write(&path, format!("{embedded}{twin}")).unwrap();
+    // The twin goes at the end of the entries (before the uncertainty section, if any).
+    let end = embedded.find("\nuncertainty:").map_or(embedded.len(), |i| i + 1);
+    std::fs::write(&path, format!("{}{twin}{}", &embedded[..end], &embedded[end..])).unwrap();
     let output =
         blis_actor(&["run", &fixture("small.yaml"), "--quiet", "--registry", path.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));

@@ -133,7 +133,7 @@ impl fmt::Display for Family {
 }
 
 /// Where a fitted entry was fitted; outside it the entry ranks as `transferred`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FitRange {
     /// Tokens per step covered, inclusive.
@@ -142,6 +142,10 @@ pub struct FitRange {
     /// Tensor-parallel degrees covered, inclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor_parallel: Option<[u32; 2]>,
+    /// Catalog models the fit's data came from (a run serving another model lies outside the
+    /// validated domain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<String>>,
 }
 
 /// One registry entry.
@@ -174,7 +178,7 @@ impl Entry {
 
     /// The rank this entry prices with for a step of `tokens` tokens.
     pub fn rank_for_tokens(&self, tokens: u64) -> Rank {
-        match self.range.and_then(|r| r.tokens) {
+        match self.range.as_ref().and_then(|r| r.tokens) {
             Some([lo, hi]) if !(lo..=hi).contains(&tokens) && self.rank < Rank::Transferred => {
                 Rank::Transferred
             }
@@ -184,7 +188,7 @@ impl Entry {
 
     /// The rank this entry prices with at tensor-parallel degree `tp`.
     pub fn rank_for_tensor_parallel(&self, tp: u32) -> Rank {
-        match self.range.and_then(|r| r.tensor_parallel) {
+        match self.range.as_ref().and_then(|r| r.tensor_parallel) {
             Some([lo, hi]) if !(lo..=hi).contains(&tp) && self.rank < Rank::Transferred => Rank::Transferred,
             _ => self.rank,
         }
@@ -253,6 +257,14 @@ impl Registry {
             self.applied(sample).map_err(|e| e.within(&format!("uncertainty[{i}]")))?;
         }
         Ok(Registry { entries: self.entries.clone(), uncertainty: samples })
+    }
+
+    /// The registry without the entries and samples of `bundle`.
+    pub fn without_bundle(&self, bundle: &str) -> Registry {
+        Registry {
+            entries: self.entries.iter().filter(|e| e.bundle.as_deref() != Some(bundle)).cloned().collect(),
+            uncertainty: self.uncertainty.iter().filter(|s| s.bundle != bundle).cloned().collect(),
+        }
     }
 
     /// The uncertainty samples.
@@ -469,7 +481,7 @@ mod tests {
     #[test]
     fn fitted_entries_rank_as_transferred_outside_their_range() {
         let mut e = entry(Family::Gemm, "H100-SXM", Rank::Calibrated, None);
-        e.range = Some(FitRange { tokens: Some([1, 512]), tensor_parallel: Some([1, 2]) });
+        e.range = Some(FitRange { tokens: Some([1, 512]), tensor_parallel: Some([1, 2]), models: None });
         assert_eq!(e.rank_for_tokens(256), Rank::Calibrated);
         assert_eq!(e.rank_for_tokens(4096), Rank::Transferred);
         assert_eq!(e.rank_for_tensor_parallel(4), Rank::Transferred);
