@@ -55,7 +55,9 @@ pub fn calibrate(
             params: fit
                 .values
                 .iter()
-                .flat_map(|(t, v)| t.params.iter().map(move |p| (format!("{}.{p}", t.family.as_str()), *v)))
+                .flat_map(|(t, v)| {
+                    t.params.iter().map(move |(p, f)| (format!("{}.{p}", t.family.as_str()), v * f))
+                })
                 .collect(),
         });
         jackknife.push(fit);
