@@ -491,6 +491,29 @@ mod tests {
     }
 
     #[test]
+    fn the_embedded_uncertainty_samples_move_the_calibrated_bundle_and_the_yaml_round_trips() {
+        let registry = Registry::embedded();
+        assert!(!registry.uncertainty().is_empty(), "the calibrated bundle carries its jackknife fits");
+        let sample = &registry.uncertainty()[0];
+        let moved = registry.with_sample(sample).unwrap();
+        let (name, value) = sample.params.iter().next().unwrap();
+        let (family, param) = name.split_once('.').unwrap();
+        let entry = moved
+            .entries()
+            .iter()
+            .find(|e| e.bundle.as_deref() == Some(&sample.bundle) && e.family.as_str() == family)
+            .unwrap();
+        assert_eq!(entry.param(param), *value);
+        assert!(moved.uncertainty().is_empty());
+        assert_eq!(Registry::parse(&registry.to_yaml()).unwrap(), registry);
+        // A sample naming a parameter the bundle does not have is refused by path.
+        let mut bad = sample.clone();
+        bad.params.insert("gemm.no_such_parameter".into(), 1.0);
+        let error = registry.with_uncertainty(vec![bad]).unwrap_err();
+        assert_eq!(error.path, "uncertainty[0].params.gemm.no_such_parameter");
+    }
+
+    #[test]
     fn ambiguous_entries_are_refused_naming_both() {
         let mut entries = base();
         entries.push(entry(Family::Gemm, "H100-SXM", Rank::Literature, None));
