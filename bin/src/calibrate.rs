@@ -62,7 +62,11 @@ pub fn calibrate(
         });
         jackknife.push(fit);
     }
-    let _ = writeln!(report, "{:<38} {:>12} {:>26}", "term", "value", "range leaving one out");
+    let _ = writeln!(
+        report,
+        "{:<38} {:>12} {:>26} {:>12}",
+        "term", "value", "range leaving one out", "literature"
+    );
     for (term, value) in &full.values {
         let others: Vec<f64> = jackknife
             .iter()
@@ -70,7 +74,12 @@ pub fn calibrate(
             .collect();
         let (low, high) =
             others.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
-        let _ = writeln!(report, "{:<38} {:>12.4} {:>12.4} – {:<12.4}", term.name, value, low, high);
+        let literature = term.prior.map_or("-".to_owned(), |p| format!("{:.4}", p.centre));
+        let _ = writeln!(
+            report,
+            "{:<38} {:>12.4} {:>12.4} – {:<12.4} {:>12}",
+            term.name, value, low, high, literature
+        );
     }
     let registry = calibrated_registry(&data.registry, &full.values, &experiments)
         .and_then(|r| r.with_uncertainty(samples))
