@@ -37,7 +37,8 @@ pub fn validate(
         };
         let simulated = simulate(&experiment, replications, stage_cap_s, data)
             .map_err(|e| format!("{}: {e}", experiment.name))?;
-        for row in rows(&experiment, &simulated) {
+        let experiment_rows = rows(&experiment, &simulated);
+        for row in &experiment_rows {
             let simulated = match row.half_width {
                 Some(h) => format!("{:.6} ± {:.6}", row.simulated, h),
                 None => format!("{:.6}", row.simulated),
@@ -48,11 +49,26 @@ pub fn validate(
                 "{:<48} {:>5} {:<18} {:>12.6} {:>24} {:>9}",
                 row.experiment, row.stage, row.metric, row.real, simulated, error
             );
-            all.push(row);
         }
         if experiment.overloaded() {
-            let _ = writeln!(out, "{:<48} overloaded in the real run: latencies not scored", experiment.name);
+            let timed_out = |side: fn(&Row) -> f64| {
+                experiment_rows
+                    .iter()
+                    .filter(|r| r.metric == "timed_out_fraction")
+                    .map(side)
+                    .fold(0.0, f64::max)
+            };
+            let (real, simulated) = (timed_out(|r| r.real), timed_out(|r| r.simulated));
+            let verdict = if simulated > 0.0 { "and in the simulation" } else { "but NOT in the simulation" };
+            let _ = writeln!(
+                out,
+                "{:<48} overloaded in the real run ({:.1}% of calls timed out) {verdict} ({:.1}%): latencies not scored",
+                experiment.name,
+                real * 100.0,
+                simulated * 100.0
+            );
         }
+        all.extend(experiment_rows);
     }
     let _ = writeln!(out, "\nmedian absolute error over scored stages:");
     for (metric, error) in median_absolute_errors(&all) {
