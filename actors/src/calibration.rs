@@ -16,7 +16,8 @@
 //! step, and an MoE model's routing time is a fixed cost per layer like its all-reduces; without
 //! it the split between them wanders and does not transfer to another model or degree. Each
 //! evaluation re-simulates every training experiment (stages shortened, one fixed seed). The
-//! minimiser is a bounded Nelder–Mead on the terms scaled to [0, 1].
+//! minimiser is a bounded Nelder–Mead on the terms scaled to [0, 1], restarted whenever its simplex
+//! collapses.
 
 use blis_contracts::{FieldError, Rank};
 use blis_costmodel::{CostData, Entry, Family, FitRange, Registry};
@@ -296,7 +297,7 @@ pub fn fit(
             }
         }
     };
-    let (best, value) = nelder_mead(&mut f, &initial, 0.15, options.evaluations);
+    let (best, value) = restarted_nelder_mead(&mut f, &initial, 0.15, options.evaluations);
     if let Some(e) = error {
         return Err(e);
     }
@@ -308,9 +309,41 @@ pub fn scaled(fit: &Fit) -> Vec<f64> {
     fit.values.iter().map(|(t, v)| (v - t.bounds.0) / (t.bounds.1 - t.bounds.0)).collect()
 }
 
+/// Nelder–Mead restarted from its best point with a fresh simplex whenever the simplex has
+/// collapsed, until `budget` is spent or a restart gains nothing: a simplex that has shrunk
+/// across a narrow valley (host time against API-server time, say) stops moving along it.
+fn restarted_nelder_mead(
+    f: &mut dyn FnMut(&[f64]) -> f64,
+    start: &[f64],
+    step: f64,
+    budget: usize,
+) -> (Vec<f64>, f64) {
+    let mut remaining = budget;
+    let (mut best, mut value, used) = nelder_mead(f, start, step, remaining);
+    remaining -= used.min(remaining);
+    while remaining > start.len() + 1 {
+        let (x, v, used) = nelder_mead(f, &best, step, remaining);
+        remaining -= used.min(remaining);
+        let gained = value - v;
+        if v < value {
+            (best, value) = (x, v);
+        }
+        if gained <= 1e-6 * value.abs().max(1e-12) {
+            break;
+        }
+    }
+    (best, value)
+}
+
 /// Minimise `f` on the unit cube from `start` (coordinates clamped into it), simplex steps of
-/// `step`, at most `budget` evaluations. Deterministic.
-fn nelder_mead(f: &mut dyn FnMut(&[f64]) -> f64, start: &[f64], step: f64, budget: usize) -> (Vec<f64>, f64) {
+/// `step`, at most `budget` evaluations, stopping early once the simplex has collapsed (its values
+/// agree to a millionth); the best point, its value and the evaluations used. Deterministic.
+fn nelder_mead(
+    f: &mut dyn FnMut(&[f64]) -> f64,
+    start: &[f64],
+    step: f64,
+    budget: usize,
+) -> (Vec<f64>, f64, usize) {
     let n = start.len();
     let clamp = |x: Vec<f64>| -> Vec<f64> { x.into_iter().map(|v| v.clamp(0.0, 1.0)).collect() };
     let mut used = 0;
@@ -331,7 +364,7 @@ fn nelder_mead(f: &mut dyn FnMut(&[f64]) -> f64, start: &[f64], step: f64, budge
     while used < budget {
         simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
         let spread = simplex[n].1 - simplex[0].1;
-        if spread.abs() < 1e-9 {
+        if spread.abs() <= 1e-6 * simplex[0].1.abs().max(1e-9) {
             break;
         }
         let centroid: Vec<f64> =
@@ -369,7 +402,8 @@ fn nelder_mead(f: &mut dyn FnMut(&[f64]) -> f64, start: &[f64], step: f64, budge
         }
     }
     simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
-    simplex.swap_remove(0)
+    let (best, value) = simplex.swap_remove(0);
+    (best, value, used)
 }
 
 #[cfg(test)]
@@ -379,10 +413,25 @@ mod tests {
     #[test]
     fn nelder_mead_finds_the_minimum_of_a_bounded_bowl() {
         let mut f = |x: &[f64]| (x[0] - 0.3).powi(2) + 2.0 * (x[1] - 0.8).powi(2) + (x[2] - 1.0).powi(2);
-        let (best, value) = nelder_mead(&mut f, &[0.5, 0.5, 0.5], 0.2, 600);
+        let (best, value, _) = nelder_mead(&mut f, &[0.5, 0.5, 0.5], 0.2, 600);
         assert!((best[0] - 0.3).abs() < 1e-3 && (best[1] - 0.8).abs() < 1e-3, "{best:?}");
         assert!(best[2] > 0.99, "the bound holds: {best:?}");
         assert!(value < 1e-5);
+    }
+
+    #[test]
+    fn restarts_after_a_collapse_never_lose_and_reach_the_bottom_of_a_curved_valley() {
+        // Rosenbrock's valley, scaled into the unit cube: minimum 0 at (0.75, 0.75).
+        let rosenbrock = |x: &[f64]| {
+            let (a, b) = (4.0 * x[0] - 2.0, 4.0 * x[1] - 2.0);
+            100.0 * (b - a * a).powi(2) + (1.0 - a).powi(2)
+        };
+        let (mut once, mut restarted) = (rosenbrock, rosenbrock);
+        let (_, single, used) = nelder_mead(&mut once, &[0.2, 0.9], 0.15, 400);
+        assert!(used < 400, "one simplex collapses before its budget ({used} evaluations)");
+        let (best, value) = restarted_nelder_mead(&mut restarted, &[0.2, 0.9], 0.15, 400);
+        assert!(value <= single, "{value} vs {single}");
+        assert!(value < 1e-6 && (best[0] - 0.75).abs() < 1e-3, "{best:?} {value} (one simplex: {single})");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the run still succeeds, and the Result's rank breakdown and registry hash say what changed.
 
 use blis_actors::{RunOptions, run_observed};
-use blis_costmodel::{CostData, EMBEDDED_REGISTRY, Registry};
+use blis_costmodel::{CostData, EMBEDDED_REGISTRY, Family, Registry};
 
 const TP2: &str = r#"
 cluster:
@@ -59,11 +59,17 @@ fn removing_an_entry_falls_back_and_the_rank_breakdown_says_so() {
         output.result.pricing.share_by_rank.get(rank).copied().unwrap_or(0.0)
     };
     // The all-reduce now falls back to the literature entry (Vidur's 7 µs at TP2 instead of the
-    // calibrated 34 µs): more literature, less calibrated, and faster steps.
+    // calibrated latency): more literature, less calibrated, and steps faster or slower as the
+    // literature's latency is below or above the calibrated one.
     assert!(share(&without, "literature") > share(&with, "literature"));
     assert!(share(&without, "calibrated") < share(&with, "calibrated"));
+    let latency =
+        |data: &CostData| data.registry.resolve("H100-SXM").get(Family::AllReduce).param("latency_us_tp2");
+    let (calibrated, literature) = (latency(&full), latency(&reduced));
+    assert_eq!(literature, 7.0);
+    assert_ne!(calibrated, literature);
     let tpot = |o: &blis_actors::RunOutput| o.result.metrics.as_ref().unwrap().tpot_ms.unwrap().mean;
-    assert!(tpot(&without) < tpot(&with));
+    assert_eq!(tpot(&without) < tpot(&with), literature < calibrated, "{calibrated} µs calibrated");
     let resolved = |output: &blis_actors::RunOutput| {
         output.result.scenario.resolved["pools"][0]["pricing"]
             .as_array()

@@ -95,7 +95,7 @@ pub struct Pricer {
     decode_attention: Coefficient,
     logits_coefficient: Coefficient,
     all_reduce: (f64, f64, Rank),
-    moe_dispatch: (f64, Rank),
+    moe_dispatch: (f64, f64, Rank),
     host: (f64, f64, f64, Rank),
     /// API-server time per request and per prompt token, µs.
     frontend: (f64, f64),
@@ -207,6 +207,7 @@ impl Pricer {
             ),
             moe_dispatch: (
                 resolved.get(Family::MoeDispatch).param("latency_us"),
+                resolved.get(Family::MoeDispatch).param("token_us"),
                 resolved.get(Family::MoeDispatch).rank,
             ),
             host: (
@@ -364,8 +365,8 @@ impl Environment for Pricer {
         // Two all-reduces per layer under tensor parallelism; MoE routing per MoE layer.
         let (_, _, all_reduce_rank) = self.all_reduce;
         by_rank.add(all_reduce_rank, 2.0 * layers * self.all_reduce_micros(tokens));
-        let (dispatch_us, dispatch_rank) = self.moe_dispatch;
-        by_rank.add(dispatch_rank, self.moe_layers * dispatch_us);
+        let (dispatch_us, dispatch_token_us, dispatch_rank) = self.moe_dispatch;
+        by_rank.add(dispatch_rank, self.moe_layers * (dispatch_us + dispatch_token_us * tokens));
 
         // The output projection, for sampled tokens only.
         let sampled = f64::from(totals.sampled_tokens);
@@ -548,5 +549,32 @@ mod tests {
         let many = p.price(&decode_step(64, 1)).micros;
         // At batch 1 two experts of eight are read (12.9 B active of 46.7 B); at 64 all of them.
         assert!(many / one > 2.5, "{one} → {many}");
+    }
+
+    #[test]
+    fn moe_routing_costs_a_time_per_moe_layer_and_per_token() {
+        let routed = |latency_us: f64, token_us: f64| {
+            let entries = roofline()
+                .entries()
+                .iter()
+                .cloned()
+                .map(|mut e| {
+                    if e.family == Family::MoeDispatch {
+                        e.params.insert("latency_us".into(), latency_us);
+                        e.params.insert("token_us".into(), token_us);
+                    }
+                    e
+                })
+                .collect();
+            pricer("Mixtral-8x7B-v0.1", 2, None, &Registry::from_entries(entries).unwrap())
+        };
+        let (none, routed) = (routed(0.0, 0.0), routed(10.0, 0.5));
+        // Mixtral has 32 MoE layers: 32 × (10 µs + 0.5 µs × tokens) more per step.
+        for batch in [1u32, 8, 64] {
+            let extra =
+                routed.price(&decode_step(batch, 100)).micros - none.price(&decode_step(batch, 100)).micros;
+            let expected = 32.0 * (10.0 + 0.5 * f64::from(batch));
+            assert!((extra - expected).abs() < 1e-6, "batch {batch}: {extra} vs {expected}");
+        }
     }
 }

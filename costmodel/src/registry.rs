@@ -84,7 +84,10 @@ impl Family {
                 ("efficiency_tp4", "bus bandwidth reached over 4 GPUs, share of the link, (0, 1]"),
                 ("efficiency_tp8", "bus bandwidth reached over 8 GPUs, share of the link, (0, 1]"),
             ],
-            Family::MoeDispatch => &[("latency_us", "routing and permutation per MoE layer per step, µs")],
+            Family::MoeDispatch => &[
+                ("latency_us", "routing and permutation per MoE layer per step, µs"),
+                ("token_us", "routing, sorting and permutation per token per MoE layer, µs"),
+            ],
             Family::Host => &[
                 ("step_us", "CPU time per step (scheduling, input preparation, output processing), µs"),
                 ("request_us", "CPU time per scheduled request per step, µs"),
