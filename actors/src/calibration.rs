@@ -310,8 +310,8 @@ pub fn scaled(fit: &Fit) -> Vec<f64> {
 }
 
 /// Nelder–Mead restarted from its best point with a fresh simplex whenever the simplex has
-/// collapsed, until `budget` is spent or a restart gains nothing: a simplex that has shrunk
-/// across a narrow valley (host time against API-server time, say) stops moving along it.
+/// collapsed or stalled, until `budget` is spent or a restart gains nothing: a simplex that has
+/// shrunk across a narrow valley (host time against API-server time, say) stops moving along it.
 fn restarted_nelder_mead(
     f: &mut dyn FnMut(&[f64]) -> f64,
     start: &[f64],
@@ -337,7 +337,8 @@ fn restarted_nelder_mead(
 
 /// Minimise `f` on the unit cube from `start` (coordinates clamped into it), simplex steps of
 /// `step`, at most `budget` evaluations, stopping early once the simplex has collapsed (its values
-/// agree to a millionth); the best point, its value and the evaluations used. Deterministic.
+/// agree to a millionth) or stalled (its best gained under a thousandth in the last 10(n + 1)
+/// evaluations); the best point, its value and the evaluations used. Deterministic.
 fn nelder_mead(
     f: &mut dyn FnMut(&[f64]) -> f64,
     start: &[f64],
@@ -361,11 +362,21 @@ fn nelder_mead(
         let value = eval(&x, &mut used);
         simplex.push((x, value));
     }
+    // The best value a window of evaluations ago: a simplex that gains under a thousandth over
+    // the window has stalled as surely as one that has collapsed.
+    let window = 10 * (n + 1);
+    let mut checkpoint = (used, f64::INFINITY);
     while used < budget {
         simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
         let spread = simplex[n].1 - simplex[0].1;
         if spread.abs() <= 1e-6 * simplex[0].1.abs().max(1e-9) {
             break;
+        }
+        if used >= checkpoint.0 + window {
+            if checkpoint.1 - simplex[0].1 < 1e-3 * simplex[0].1.abs() {
+                break;
+            }
+            checkpoint = (used, simplex[0].1);
         }
         let centroid: Vec<f64> =
             (0..n).map(|j| simplex[..n].iter().map(|p| p.0[j]).sum::<f64>() / n as f64).collect();
