@@ -235,6 +235,16 @@ pub fn simulate(
     stage_cap_s: Option<f64>,
     data: &CostData,
 ) -> Result<Vec<Vec<StageFigures>>, RunError> {
+    if replications == 0 {
+        return Err(RunError::Input(FieldError::new("--replications", 0, "must be at least 1")));
+    }
+    if let Some(cap) = stage_cap_s.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        return Err(RunError::Input(FieldError::new(
+            "--stage-cap-s",
+            cap,
+            "must be a positive number of seconds",
+        )));
+    }
     let text = experiment.scenario(stage_cap_s);
     (0..replications)
         .map(|r| {

@@ -8,6 +8,7 @@ use blis_actors::calibration::{
     BUNDLE, CalibrationOptions, Fit, calibrated_registry, fit, scaled, terms_for,
 };
 use blis_actors::validation::Experiment;
+use blis_contracts::FieldError;
 use blis_costmodel::{CoefficientSample, CostData};
 
 /// Fit, leave each experiment out in turn, write the registry to `out`; the report.
@@ -20,6 +21,16 @@ pub fn calibrate(
     let experiments: Vec<Experiment> =
         dirs.iter().map(|d| Experiment::load(d).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
     let terms = terms_for(&experiments, data);
+    // Each leave-one-out fit gets a third of the budget and must still build its simplex.
+    let least = 3 * (terms.len() + 1);
+    if options.evaluations < least {
+        return Err(FieldError::new(
+            "--evaluations",
+            options.evaluations,
+            format!("must be at least {least} (each leave-one-out fit gets a third, and a simplex over {} terms takes {})", terms.len(), terms.len() + 1),
+        )
+        .to_string());
+    }
     let mut report = String::new();
     let full = fit(data, &experiments, &terms, None, options).map_err(|e| e.to_string())?;
     let _ = writeln!(

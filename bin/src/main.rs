@@ -276,15 +276,13 @@ fn main() -> ExitCode {
         },
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
         Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, data } => match data.load() {
-            Ok(data) => {
-                match validate::validate(&dirs, replications.max(1), stage_cap_s, leave_one_out, &data) {
-                    Ok((table, _)) => {
-                        print!("{table}");
-                        ExitCode::SUCCESS
-                    }
-                    Err(message) => fail(2, message),
+            Ok(data) => match validate::validate(&dirs, replications, stage_cap_s, leave_one_out, &data) {
+                Ok((table, _)) => {
+                    print!("{table}");
+                    ExitCode::SUCCESS
                 }
-            }
+                Err(message) => fail(2, message),
+            },
             Err(message) => fail(2, message),
         },
         Command::Calibrate { dirs, out, stage_cap_s, evaluations, data } => match data.load() {

@@ -293,3 +293,27 @@ fn validate_real_prints_every_stage_and_metric_with_its_signed_error() {
     }
     assert!(stdout.contains("median absolute error over scored stages:"));
 }
+
+#[test]
+fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
+    let dir = format!(
+        "{}/../fixtures/reference-data/real-vllm-h100/20260217-203421-llama-2-70b-hf-tp4-codegen",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = std::env::temp_dir().join(format!("blis-never-{}.yaml", std::process::id()));
+    let out = out.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["validate-real", &dir, "--replications", "0"], "--replications = 0: must be at least 1"),
+        (&["validate-real", &dir, "--stage-cap-s", "0"], "--stage-cap-s = 0"),
+        (&["validate-real", &dir, "--stage-cap-s", "NaN"], "--stage-cap-s = NaN"),
+        (&["calibrate", &dir, "--out", out, "--evaluations", "5"], "--evaluations = 5: must be at least 21"),
+    ];
+    for (args, expected) in cases {
+        let output = blis_actor(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one message: {stderr}");
+    }
+    assert!(!std::path::Path::new(out).exists(), "nothing written");
+}
