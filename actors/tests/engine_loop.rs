@@ -3,32 +3,29 @@
 //! lone decoding request's tokens come one device step apart and the host time disappears from
 //! the token gaps — but not from the first token, whose step nothing precedes.
 
+mod common;
+
 use blis_actors::{RunOptions, RunOutput, run};
 use blis_costmodel::{CostData, Family};
 
 /// One instance, requests far apart (each runs alone), CUDA graphs off so both modes price the
 /// same shapes.
-const LONE_REQUESTS: &str = r#"
-seed: 3
-cluster:
-  router: { policy: round-robin }
-  pools:
-    - name: p
-      replicas: 1
-      hardware: { chip: H100-SXM }
-      model: Llama-3.1-8B
-      engine:
-        kind: vllm
-        version: "0.15.1"
-        args: { enforce_eager: true, async_scheduling: ASYNC }
-workload:
+fn lone_requests() -> String {
+    common::one_pool(
+        Some(3),
+        None,
+        1,
+        "enforce_eager: true, async_scheduling: ASYNC",
+        r#"
   clients:
     - name: a
       requests: 12
       arrival: { process: poisson, rate_per_s: 0.05 }
       input_tokens: { dist: uniform, min: 50, max: 900 }
       output_tokens: { dist: uniform, min: 2, max: 120 }
-"#;
+"#,
+    )
+}
 
 /// The embedded registry's CPU time per step on H100 (`host.step_us`), µs, rounded up as the
 /// engine host rounds it.
@@ -38,7 +35,7 @@ fn host_step_us() -> u64 {
 }
 
 fn run_mode(asynchronous: bool) -> RunOutput {
-    let text = LONE_REQUESTS.replace("ASYNC", &asynchronous.to_string());
+    let text = lone_requests().replace("ASYNC", &asynchronous.to_string());
     run(&text, RunOptions::default(), &mut |_| {}).unwrap()
 }
 

@@ -1,23 +1,18 @@
 //! Every vLLM argument the port lists as inert is proven so: setting it to a non-default sample
 //! value leaves the result (but for the scenario's own text) and every call byte-identical.
 
+mod common;
+
 use blis_actors::{RunOptions, RunOutput, run};
 use blis_engines::vllm::{ARGUMENTS, Treatment};
 
-const BASE: &str = r#"
-seed: 9
-cluster:
-  router: { policy: round-robin }
-  pools:
-    - name: p
-      replicas: 1
-      hardware: { chip: H100-SXM }
-      model: Llama-3.1-8B
-      engine:
-        kind: vllm
-        version: "0.15.1"
-        args: { max_model_len: 4096 ARG }
-workload:
+fn base() -> String {
+    common::one_pool(
+        Some(9),
+        None,
+        1,
+        "max_model_len: 4096 ARG",
+        r#"
   clients:
     - name: a
       requests: 30
@@ -25,7 +20,9 @@ workload:
       shared_prefix: { groups: 2, tokens: 300 }
       input_tokens: { dist: uniform, min: 10, max: 600 }
       output_tokens: { dist: uniform, min: 1, max: 60 }
-"#;
+"#,
+    )
+}
 
 /// The run's outputs as bytes, without the scenario text that names the argument.
 fn comparable(mut output: RunOutput) -> (String, String) {
@@ -36,11 +33,11 @@ fn comparable(mut output: RunOutput) -> (String, String) {
 
 #[test]
 fn inert_arguments_change_nothing() {
-    let baseline = comparable(run(&BASE.replace(" ARG", ""), RunOptions::default(), &mut |_| {}).unwrap());
+    let baseline = comparable(run(&base().replace(" ARG", ""), RunOptions::default(), &mut |_| {}).unwrap());
     let mut proven = 0;
     for &(name, treatment) in ARGUMENTS {
         let Treatment::Inert { sample, .. } = treatment else { continue };
-        let text = BASE.replace(" ARG", &format!(", {name}: {sample}"));
+        let text = base().replace(" ARG", &format!(", {name}: {sample}"));
         let output = run(&text, RunOptions::default(), &mut |_| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(comparable(output) == baseline, "{name}: {sample} changed the run");
         proven += 1;

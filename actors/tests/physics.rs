@@ -2,36 +2,33 @@
 //! one H100 streams 15.01 GB of weights at 3.35 TB/s, so no token comes faster than 4.48 ms, and
 //! with nothing else running TPOT lies between that floor and twice it.
 
+mod common;
+
 use blis_actors::{RunOptions, run};
 
-const LOW_LOAD: &str = r#"
-cluster:
-  network: { client_router_us: 300, router_engine_us: 50 }
-  router: { policy: round-robin }
-  pools:
-    - name: p
-      replicas: 1
-      hardware: { chip: H100-SXM }
-      model: Llama-3.1-8B
-      engine:
-        kind: vllm
-        version: "0.15.1"
-        args: {}
-workload:
+fn low_load() -> String {
+    common::one_pool(
+        None,
+        Some("client_router_us: 300, router_engine_us: 50"),
+        1,
+        "",
+        r#"
   clients:
     - name: a
       requests: 40
       arrival: { process: poisson, rate_per_s: 0.2 }
       input_tokens: { dist: uniform, min: 50, max: 500 }
       output_tokens: { dist: uniform, min: 50, max: 300 }
-"#;
+"#,
+    )
+}
 
 /// Weight bytes ÷ HBM bandwidth, µs.
 const FLOOR_US: f64 = 4_480.0;
 
 #[test]
 fn tokens_never_beat_the_weight_bandwidth_floor_and_tpot_stays_within_twice_it() {
-    let output = run(LOW_LOAD, RunOptions::default(), &mut |_| {}).unwrap();
+    let output = run(&low_load(), RunOptions::default(), &mut |_| {}).unwrap();
     assert_eq!(output.result.fates.completed, 40);
     for call in &output.calls {
         assert!(call.token_latency_us[1..].iter().all(|&gap| gap as f64 >= FLOOR_US), "{}", call.request_id);

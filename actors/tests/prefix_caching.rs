@@ -2,22 +2,17 @@
 //! vLLM's metric names are the cached tokens counted in the calls, and turning prefix caching on
 //! lowers time to first token.
 
+mod common;
+
 use blis_actors::{RunOptions, RunOutput, run};
 
-const SHARED_PREFIX: &str = r#"
-seed: 5
-cluster:
-  router: { policy: round-robin }
-  pools:
-    - name: p
-      replicas: 1
-      hardware: { chip: H100-SXM }
-      model: Llama-3.1-8B
-      engine:
-        kind: vllm
-        version: "0.15.1"
-        args: { enable_prefix_caching: CACHING }
-workload:
+fn shared_prefix() -> String {
+    common::one_pool(
+        Some(5),
+        None,
+        1,
+        "enable_prefix_caching: CACHING",
+        r#"
   clients:
     - name: agents
       requests: 200
@@ -25,10 +20,12 @@ workload:
       shared_prefix: { groups: 4, tokens: 2000 }
       input_tokens: { dist: uniform, min: 20, max: 200 }
       output_tokens: { dist: uniform, min: 20, max: 100 }
-"#;
+"#,
+    )
+}
 
 fn run_with(caching: bool) -> RunOutput {
-    let text = SHARED_PREFIX.replace("CACHING", &caching.to_string());
+    let text = shared_prefix().replace("CACHING", &caching.to_string());
     run(&text, RunOptions::default(), &mut |_| {}).unwrap()
 }
 

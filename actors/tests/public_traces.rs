@@ -2,6 +2,8 @@
 //! read from the fixtures in `fixtures/workloads/` into requests with the right arrivals, token
 //! counts and shared blocks, and bad lines refused by file, line and field.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use blis_actors::{RunError, RunOptions, RunOutput, run};
@@ -10,25 +12,12 @@ use blis_kernel::HostKind;
 
 /// One instance replaying `path` in `format` as client `trace`.
 fn scenario(path: &str, format: &str) -> String {
-    format!(
-        r#"
-seed: 5
-cluster:
-  network: {{ client_router_us: 200, router_engine_us: 50 }}
-  router: {{ policy: round-robin }}
-  pools:
-    - name: p
-      replicas: 1
-      hardware: {{ chip: H100-SXM }}
-      model: Llama-3.1-8B
-      engine:
-        kind: vllm
-        version: "0.15.1"
-        args: {{ max_model_len: 16384 }}
-workload:
-  replays:
-    - {{ name: trace, path: {path}, format: {format} }}
-"#
+    common::one_pool(
+        Some(5),
+        Some("client_router_us: 200, router_engine_us: 50"),
+        1,
+        "max_model_len: 16384",
+        &format!("\n  replays:\n    - {{ name: trace, path: {path}, format: {format} }}\n"),
     )
 }
 

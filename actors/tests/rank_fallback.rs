@@ -1,29 +1,27 @@
 //! Rank fallback: removing a registry entry makes its lookups fall back to a less trusted one;
 //! the run still succeeds, and the Result's rank breakdown and registry hash say what changed.
 
+mod common;
+
 use blis_actors::{RunOptions, run_observed};
 use blis_costmodel::{CostData, EMBEDDED_REGISTRY, Family, Registry};
 
-const TP2: &str = r#"
-cluster:
-  router: { policy: round-robin }
-  pools:
-    - name: p
-      replicas: 1
-      hardware: { chip: H100-SXM }
-      model: Llama-3.1-8B
-      engine:
-        kind: vllm
-        version: "0.15.1"
-        args: { tensor_parallel_size: 2 }
-workload:
+fn tp2() -> String {
+    common::one_pool(
+        None,
+        None,
+        1,
+        "tensor_parallel_size: 2",
+        r#"
   clients:
     - name: a
       requests: 40
       arrival: { process: poisson, rate_per_s: 4 }
       input_tokens: { dist: uniform, min: 50, max: 500 }
       output_tokens: { dist: uniform, min: 20, max: 100 }
-"#;
+"#,
+    )
+}
 
 /// The embedded registry text without the calibrated bundle's all-reduce entry (and without
 /// the bundle's uncertainty samples, which name it).
@@ -50,8 +48,9 @@ fn removing_an_entry_falls_back_and_the_rank_breakdown_says_so() {
     let reduced = CostData::load(None, Some(&path), &[]).unwrap();
     let full = CostData::embedded();
 
-    let run =
-        |data: &CostData| run_observed(TP2, RunOptions::default(), data, Vec::new(), &mut |_| {}).unwrap().0;
+    let run = |data: &CostData| {
+        run_observed(&tp2(), RunOptions::default(), data, Vec::new(), &mut |_| {}).unwrap().0
+    };
     let (with, without) = (run(&full), run(&reduced));
     assert_eq!(without.result.fates.completed, 40, "the run still succeeds");
     assert_ne!(with.result.data.registry_sha256, without.result.data.registry_sha256);

@@ -2,6 +2,8 @@
 //! session's later turn hitting the prefix cache, conservation under timeouts, and refusals of
 //! bad workload files by file, line and field.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use blis_actors::{AssemblyOptions, EngineHost, RunError, RunOptions, RunOutput, assemble, run};
@@ -11,23 +13,12 @@ use blis_kernel::HostKind;
 
 /// One instance serving `workload` (YAML, indented under `workload:`), with extra engine args.
 fn scenario(args: &str, workload: &str) -> String {
-    format!(
-        r#"
-seed: 21
-cluster:
-  network: {{ client_router_us: 200, router_engine_us: 50 }}
-  router: {{ policy: round-robin }}
-  pools:
-    - name: p
-      replicas: 1
-      hardware: {{ chip: H100-SXM }}
-      model: Llama-3.1-8B
-      engine:
-        kind: vllm
-        version: "0.15.1"
-        args: {{ max_model_len: 16384 {args} }}
-workload:
-{workload}"#
+    common::one_pool(
+        Some(21),
+        Some("client_router_us: 200, router_engine_us: 50"),
+        1,
+        &format!("max_model_len: 16384 {args}"),
+        &format!("\n{workload}"),
     )
 }
 
