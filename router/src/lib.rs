@@ -4,6 +4,8 @@
 //! prefix indexes, saturation and flow control). The first slice has one picker:
 //! [`RoundRobin`].
 
+pub mod params;
+
 /// Picks endpoints in turn: each call returns the next index, wrapping around.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RoundRobin {

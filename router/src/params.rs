@@ -1,0 +1,308 @@
+//! Plugin parameters decoded as llm-d decodes them.
+//!
+//! Upstream hands each plugin factory its `parameters` through Go's `encoding/json` decoder with
+//! `DisallowUnknownFields` (`pkg/epp/framework/interface/plugin/registry.go::StrictDecoder`):
+//! absent or empty parameters give the factory's defaults, an unknown field is an error, a value
+//! of the wrong JSON type is an error, and — a Go subtlety we keep — a field name matches its
+//! struct field case-insensitively when no exact match exists. [`decode`] does the same for a
+//! serde struct with `#[serde(deny_unknown_fields, default)]`. Go durations (`"200ms"`, `"1m30s"`)
+//! are read by [`GoDuration`].
+
+use std::fmt;
+
+use serde::de::{self, DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// A refused parameter: where inside `parameters` (a dotted path, empty for the whole object),
+/// the value found, and upstream's reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamError {
+    /// The path below `parameters`, e.g. `blockSizeTokens` or `indexerConfig.size`.
+    pub path: String,
+    /// The value found there, rendered as JSON (absent when no one value is to blame).
+    pub value: Option<String>,
+    /// Why it is refused, in upstream's words where upstream has words.
+    pub reason: String,
+}
+
+impl ParamError {
+    /// A refusal of the value at `path` (found in `params`) for `reason`.
+    pub fn invalid(params: Option<&Value>, path: &str, reason: impl Into<String>) -> ParamError {
+        let value = params.and_then(|p| lookup(p, path)).map(render);
+        ParamError { path: path.to_owned(), value, reason: reason.into() }
+    }
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.value {
+            Some(v) => write!(f, "{} = {v}: {}", self.path, self.reason),
+            None => write!(f, "{}: {}", self.path, self.reason),
+        }
+    }
+}
+
+/// Decode `params` into `T` as upstream's strict decoder would; `None` or `null` gives
+/// `T::default()`.
+pub fn decode<T: DeserializeOwned + Default>(params: Option<&Value>) -> Result<T, ParamError> {
+    let Some(value) = params.filter(|v| !v.is_null()) else { return Ok(T::default()) };
+    let folded = match value {
+        Value::Object(map) => {
+            let fields = struct_fields::<T>();
+            let mut folded = serde_json::Map::new();
+            for (key, v) in map {
+                let name = if fields.contains(&key.as_str()) {
+                    key.clone()
+                } else {
+                    // encoding/json: an exact match first, else a case-insensitive one.
+                    fields.iter().find(|f| f.eq_ignore_ascii_case(key)).map_or(key.clone(), |f| (*f).to_owned())
+                };
+                folded.insert(name, v.clone());
+            }
+            Value::Object(folded)
+        }
+        other => {
+            return Err(ParamError {
+                path: String::new(),
+                value: Some(render(other)),
+                reason: format!("json: cannot unmarshal {} into the plugin's parameters", json_kind(other)),
+            });
+        }
+    };
+    serde_path_to_error::deserialize(&folded).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        let inner = e.into_inner().to_string();
+        let reason = match inner.strip_prefix("unknown field `") {
+            Some(rest) => {
+                let name = rest.split('`').next().unwrap_or_default();
+                // The path already ends at the unknown field.
+                let path = if path.rsplit('.').next() == Some(name) { path } else { join(&path, name) };
+                return ParamError {
+                    path,
+                    value: None,
+                    reason: format!("json: unknown field \"{name}\""),
+                };
+            }
+            None => format!("json: {inner}"),
+        };
+        let value = lookup(&folded, &path).map(render);
+        ParamError { path, value, reason }
+    })
+}
+
+/// The field names serde's derive declares for `T` (empty for a type that is not a struct).
+fn struct_fields<T: DeserializeOwned>() -> &'static [&'static str] {
+    struct Capture<'a>(&'a mut &'static [&'static str]);
+    #[derive(Debug)]
+    struct Captured;
+    impl fmt::Display for Captured {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("fields captured")
+        }
+    }
+    impl std::error::Error for Captured {}
+    impl de::Error for Captured {
+        fn custom<M: fmt::Display>(_: M) -> Self {
+            Captured
+        }
+    }
+    impl<'de> Deserializer<'de> for Capture<'_> {
+        type Error = Captured;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Captured> {
+            Err(Captured)
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Captured> {
+            *self.0 = fields;
+            Err(Captured)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Capture(&mut fields));
+    fields
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
+}
+
+fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    if path.is_empty() {
+        return Some(value);
+    }
+    let mut current = value;
+    for part in path.split('.') {
+        current = match part.split_once('[') {
+            Some((name, index)) => {
+                let index: usize = index.trim_end_matches(']').parse().ok()?;
+                let base = if name.is_empty() { current } else { current.get(name)? };
+                base.get(index)?
+            }
+            None => current.get(part)?,
+        };
+    }
+    Some(current)
+}
+
+/// A JSON value for a message, cut to a readable length.
+pub fn render(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 80 { format!("{}…", text.chars().take(80).collect::<String>()) } else { text }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A Go `time.Duration` written as Go's `time.ParseDuration` reads it (`"300ms"`, `"1.5s"`,
+/// `"1m30s"`, `"0"`), held in whole microseconds (the simulator's unit; finer parts round up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GoDuration {
+    /// The duration, µs (negative durations are kept: some factories test the sign).
+    pub micros: i64,
+}
+
+impl GoDuration {
+    /// A duration of `micros` µs.
+    pub const fn from_micros(micros: i64) -> GoDuration {
+        GoDuration { micros }
+    }
+
+    /// Parse Go's duration syntax.
+    pub fn parse(text: &str) -> Result<GoDuration, String> {
+        let invalid = || format!("time: invalid duration \"{text}\"");
+        let (negative, mut rest) = match text.as_bytes().first() {
+            Some(b'-') => (true, &text[1..]),
+            Some(b'+') => (false, &text[1..]),
+            _ => (false, text),
+        };
+        if rest == "0" {
+            return Ok(GoDuration { micros: 0 });
+        }
+        if rest.is_empty() {
+            return Err(invalid());
+        }
+        let mut nanos: f64 = 0.0;
+        while !rest.is_empty() {
+            let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+            let number = &rest[..number_end];
+            if number.is_empty() || number == "." {
+                return Err(invalid());
+            }
+            let value: f64 = number.parse().map_err(|_| invalid())?;
+            rest = &rest[number_end..];
+            let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+            let scale = match &rest[..unit_end] {
+                "ns" => 1.0,
+                "us" | "µs" | "μs" => 1e3,
+                "ms" => 1e6,
+                "s" => 1e9,
+                "m" => 60e9,
+                "h" => 3600e9,
+                "" => return Err(format!("time: missing unit in duration \"{text}\"")),
+                unit => return Err(format!("time: unknown unit \"{unit}\" in duration \"{text}\"")),
+            };
+            nanos += value * scale;
+            rest = &rest[unit_end..];
+        }
+        // Go's durations are int64 nanoseconds: about 292 years.
+        if nanos > 9.223_372_036_854_775e18 {
+            return Err(format!("time: invalid duration \"{text}\""));
+        }
+        let micros = (nanos / 1e3).ceil() as i64;
+        Ok(GoDuration { micros: if negative { -micros } else { micros } })
+    }
+}
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<GoDuration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        GoDuration::parse(&text).map_err(de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+    struct Sample {
+        block_size_tokens: i64,
+        auto_tune: bool,
+        ratio: f64,
+    }
+
+    impl Default for Sample {
+        fn default() -> Self {
+            Sample { block_size_tokens: 16, auto_tune: true, ratio: 1.5 }
+        }
+    }
+
+    #[test]
+    fn absent_null_and_empty_parameters_give_the_defaults() {
+        assert_eq!(decode::<Sample>(None).unwrap(), Sample::default());
+        assert_eq!(decode::<Sample>(Some(&Value::Null)).unwrap(), Sample::default());
+        assert_eq!(decode::<Sample>(Some(&json!({}))).unwrap(), Sample::default());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name_as_go_words_it() {
+        let e = decode::<Sample>(Some(&json!({"blockSizeTokens": 4, "prt": 7080}))).unwrap_err();
+        assert_eq!(e.path, "prt");
+        assert_eq!(e.reason, "json: unknown field \"prt\"");
+    }
+
+    #[test]
+    fn field_names_match_case_insensitively_as_in_encoding_json() {
+        let s = decode::<Sample>(Some(&json!({"BlockSizeTokens": 4, "autotune": false}))).unwrap();
+        assert_eq!(s, Sample { block_size_tokens: 4, auto_tune: false, ratio: 1.5 });
+    }
+
+    #[test]
+    fn wrong_types_name_the_field_and_value() {
+        let e = decode::<Sample>(Some(&json!({"blockSizeTokens": "x"}))).unwrap_err();
+        assert_eq!(e.path, "blockSizeTokens");
+        assert_eq!(e.value.as_deref(), Some("\"x\""));
+        let e = decode::<Sample>(Some(&json!({"blockSizeTokens": 1.5}))).unwrap_err();
+        assert_eq!(e.path, "blockSizeTokens");
+        let e = decode::<Sample>(Some(&json!([1, 2]))).unwrap_err();
+        assert_eq!(e.path, "");
+        assert!(e.reason.contains("cannot unmarshal array"), "{e}");
+    }
+
+    #[test]
+    fn go_durations_parse_as_time_parse_duration_does() {
+        assert_eq!(GoDuration::parse("200ms"), Ok(GoDuration::from_micros(200_000)));
+        assert_eq!(GoDuration::parse("1.5s"), Ok(GoDuration::from_micros(1_500_000)));
+        assert_eq!(GoDuration::parse("1m30s"), Ok(GoDuration::from_micros(90_000_000)));
+        assert_eq!(GoDuration::parse("0"), Ok(GoDuration::from_micros(0)));
+        assert_eq!(GoDuration::parse("0s"), Ok(GoDuration::from_micros(0)));
+        assert_eq!(GoDuration::parse("-2s"), Ok(GoDuration::from_micros(-2_000_000)));
+        assert_eq!(GoDuration::parse("1500ns"), Ok(GoDuration::from_micros(2)));
+        assert!(GoDuration::parse("5").unwrap_err().contains("missing unit"));
+        assert!(GoDuration::parse("5d").unwrap_err().contains("unknown unit"));
+        assert!(GoDuration::parse("").is_err());
+        assert!(GoDuration::parse("s").is_err());
+    }
+}
