@@ -4,6 +4,7 @@
 //! prefix indexes, saturation and flow control). The first slice has one picker:
 //! [`RoundRobin`].
 
+pub mod approx_prefix;
 pub mod params;
 
 /// Picks endpoints in turn: each call returns the next index, wrapping around.
