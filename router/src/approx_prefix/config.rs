@@ -27,7 +27,7 @@ pub const DEFAULT_LRU_CAPACITY_PER_SERVER: i64 = 31_250;
 pub const MIN_BLOCK_SIZE_TOKENS: u32 = 64;
 /// How often upstream drops endpoints that left the pool from the index
 /// (`podActiveCheckInterval`, 2 min), in µs: the caller's sweep calls
-/// `ApproxPrefixProducer::remove_endpoint` on that cadence.
+/// [`super::ApproxPrefixProducer::remove_endpoint`] on that cadence.
 pub const INACTIVE_ENDPOINT_SWEEP_MICROS: i64 = 120_000_000;
 
 /// Largest block size or LRU capacity we accept: block sizes are `u32` token counts and LRU

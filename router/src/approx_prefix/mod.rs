@@ -1,13 +1,27 @@
-//! llm-d's approximate prefix cache: the `approx-prefix-cache-producer` and the
-//! `prefix-cache-scorer` that reads what it produces.
+//! llm-d's approximate prefix cache: the `approx-prefix-cache-producer`.
 //!
 //! Upstream (llm-d-router v0.10.0, `pkg/epp/framework/plugins/`):
-//! `requestcontrol/dataproducer/approximateprefix/{types,plugin,indexer}.go`,
-//! `requestcontrol/dataproducer/prefixhash/hashing.go` and `scheduling/scorer/prefix/plugin.go`.
-//! This first slice holds the producer's parameters and the block hashing.
+//! `requestcontrol/dataproducer/approximateprefix/{types,plugin,indexer}.go`
+//! and `requestcontrol/dataproducer/prefixhash/hashing.go`.
+//! The router never sees engine caches here: it remembers which endpoint it *sent* each chain of
+//! block hashes to, and a request's match on an endpoint is how many of its leading blocks that
+//! endpoint was sent. Per request the scheduling cycle calls, in order:
+//! 1. [`ApproxPrefixProducer::block_size`] with the first candidate's scraped `CacheBlockSize`;
+//! 2. [`ApproxPrefixProducer::hash_request`] to hash the tokenized prompts;
+//! 3. [`ApproxPrefixProducer::produce`] for one [`PrefixMatchInfo`] per candidate;
+//! 4. after the pick, [`ApproxPrefixProducer::pre_request`] to record the targets. Upstream does
+//!    this in a goroutine, so a request scheduled right after may not see it yet; we apply it
+//!    when called, at the routing instant.
+//!
+//! Endpoints are the caller's stable `u32` keys. Upstream keys the index by pod
+//! (`namespace/name`), so a caller whose endpoints are data-parallel ranks of one pod decides
+//! whether they share a key.
 
 mod config;
 mod hashing;
+mod index;
+
+use std::num::NonZeroUsize;
 
 pub use config::{
     APPROX_PREFIX_PRODUCER_TYPE, ApproxPrefixConfig, DEFAULT_BLOCK_SIZE_TOKENS,
@@ -15,3 +29,222 @@ pub use config::{
     INACTIVE_ENDPOINT_SWEEP_MICROS, MIN_BLOCK_SIZE_TOKENS,
 };
 pub use hashing::{append_block_hashes, block_digest, blocks, chain_link, chain_seed};
+
+use index::PrefixIndex;
+
+/// What the producer tells the scorers about one candidate (upstream's `PrefixCacheMatchInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixMatchInfo {
+    /// Leading blocks the endpoint was sent, summed over the request's prompts.
+    pub match_blocks: u64,
+    /// The request's blocks, summed over its prompts.
+    pub total_blocks: u64,
+    /// The block size the request was hashed with, tokens.
+    pub block_size_tokens: u32,
+}
+
+/// One request's block hashes, prompt by prompt, with the block size used; reusable across
+/// requests so the per-request path does not allocate once its buffers have grown.
+#[derive(Clone, Debug, Default)]
+pub struct RequestHashes {
+    hashes: Vec<u64>,
+    /// End offset in `hashes` of each prompt that yielded at least one hash.
+    prompt_ends: Vec<usize>,
+    block_size: u32,
+    /// [`ApproxPrefixProducer::produce`]'s scratch: distinct candidates, ascending, with counts.
+    counts: Vec<(u32, u64)>,
+}
+
+impl RequestHashes {
+    /// An empty buffer.
+    pub fn new() -> RequestHashes {
+        RequestHashes::default()
+    }
+
+    /// Each hashed prompt's chain, in prompt order (prompts that yielded no hash are absent, as
+    /// upstream drops them).
+    pub fn prompts(&self) -> impl Iterator<Item = &[u64]> + '_ {
+        let starts = std::iter::once(0).chain(self.prompt_ends.iter().copied());
+        starts.zip(self.prompt_ends.iter().copied()).map(|(start, end)| &self.hashes[start..end])
+    }
+
+    /// All prompts' hashes together (upstream's `totalBlocks`).
+    pub fn total_blocks(&self) -> u64 {
+        self.hashes.len() as u64
+    }
+
+    /// The block size the hashes were computed with, tokens.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    fn clear(&mut self, block_size: u32) {
+        self.hashes.clear();
+        self.prompt_ends.clear();
+        self.block_size = block_size;
+    }
+}
+
+/// The `approx-prefix-cache-producer`: hashes requests, matches them against the index of past
+/// routing decisions, and records each decision.
+#[derive(Clone, Debug)]
+pub struct ApproxPrefixProducer {
+    config: ApproxPrefixConfig,
+    /// The block-size floor: [`MIN_BLOCK_SIZE_TOKENS`] except in tests that lower it as upstream's
+    /// `disableMinBlockSizeClamp` does.
+    min_block_size: u32,
+    index: PrefixIndex,
+}
+
+impl ApproxPrefixProducer {
+    /// A producer with an empty index (`config` as [`ApproxPrefixConfig::from_params`] built it).
+    pub fn new(config: ApproxPrefixConfig) -> ApproxPrefixProducer {
+        ApproxPrefixProducer { config, min_block_size: MIN_BLOCK_SIZE_TOKENS, index: PrefixIndex::default() }
+    }
+
+    /// The same producer with the block-size floor lowered (upstream's tests set it to 1).
+    #[cfg(test)]
+    fn with_min_block_size(mut self, floor: u32) -> ApproxPrefixProducer {
+        self.min_block_size = floor;
+        self
+    }
+
+    /// The producer's parameters.
+    pub fn config(&self) -> &ApproxPrefixConfig {
+        &self.config
+    }
+
+    /// The request's block size (upstream's `GetBlockSize`): `blockSizeTokens`, replaced under
+    /// autoTune by the first candidate's `CacheBlockSize` when that is positive, then raised to the
+    /// 64-token floor.
+    pub fn block_size(&self, first_candidate_cache_block_size: Option<u32>) -> u32 {
+        let mut size = self.config.block_size_tokens;
+        if self.config.auto_tune
+            && let Some(metric) = first_candidate_cache_block_size.filter(|&m| m > 0)
+        {
+            size = i64::from(metric);
+        }
+        if size < i64::from(self.min_block_size) {
+            self.min_block_size
+        } else {
+            // Validated configs hold at most u32::MAX.
+            u32::try_from(size).unwrap_or(u32::MAX)
+        }
+    }
+
+    /// The per-prompt block cap at `block_size` (upstream's `resolveMaxBlocks`): ⌊tokens cap /
+    /// block size⌋ when the token cap is set, else the block cap, both 0 meaning unlimited (and a
+    /// negative block cap, which upstream accepts, hashing nothing).
+    fn max_blocks(&self, block_size: u32) -> usize {
+        let tokens = self.config.max_prefix_tokens_to_match;
+        let capped = if tokens > 0 && block_size > 0 {
+            tokens / i64::from(block_size)
+        } else {
+            match self.config.max_prefix_blocks_to_match {
+                0 => return usize::MAX,
+                blocks => blocks.max(0),
+            }
+        };
+        usize::try_from(capped).unwrap_or(usize::MAX)
+    }
+
+    /// Hash a request's tokenized prompts into `out` (upstream's `GetBlockHashes`): every prompt
+    /// chains from the seed of `model` (the target model after rewriting) and `cache_salt`.
+    pub fn hash_request(
+        &self,
+        model: &str,
+        cache_salt: &[u8],
+        prompts: &[&[u32]],
+        block_size: u32,
+        out: &mut RequestHashes,
+    ) {
+        out.clear(block_size);
+        let seed = chain_seed(model, cache_salt);
+        let max_blocks = self.max_blocks(block_size);
+        for tokens in prompts {
+            if append_block_hashes(seed, tokens, block_size as usize, max_blocks, &mut out.hashes) > 0 {
+                out.prompt_ends.push(out.hashes.len());
+            }
+        }
+    }
+
+    /// One [`PrefixMatchInfo`] per candidate, in candidate order (upstream's `Produce` and
+    /// `matchLongestPrefix`): per prompt, walk its hashes until one that no endpoint is listed
+    /// under, crediting every listed endpoint one block per hash (it need not hold the earlier
+    /// blocks); sum over prompts. `request` lends its scratch buffer.
+    pub fn produce(&self, request: &mut RequestHashes, candidates: &[u32], out: &mut Vec<PrefixMatchInfo>) {
+        let RequestHashes { hashes, prompt_ends, block_size, counts } = request;
+        counts.clear();
+        counts.extend(candidates.iter().map(|&c| (c, 0)));
+        counts.sort_unstable();
+        counts.dedup_by_key(|(c, _)| *c);
+        let mut start = 0;
+        for &end in prompt_ends.iter() {
+            for &hash in &hashes[start..end] {
+                let mut listed = false;
+                for endpoint in self.index.holders(hash) {
+                    listed = true;
+                    if let Ok(i) = counts.binary_search_by_key(&endpoint, |&(c, _)| c) {
+                        counts[i].1 += 1;
+                    }
+                }
+                if !listed {
+                    break;
+                }
+            }
+            start = end;
+        }
+        let total_blocks = hashes.len() as u64;
+        out.clear();
+        out.extend(candidates.iter().map(|c| {
+            let match_blocks = counts.binary_search_by_key(c, |&(c, _)| c).map_or(0, |i| counts[i].1);
+            PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens: *block_size }
+        }));
+    }
+
+    /// Record the routing decision (upstream's `PreRequest`): every prompt's hashes are added for
+    /// each target in turn — the primary profile's first target, then the `prefill` profile's
+    /// first target if that profile ran; pass none when the primary profile picked nothing
+    /// (upstream then records nothing, prefill included). Each target carries its scraped
+    /// `CacheNumBlocks`, which sizes its LRU if this is the endpoint's first entry.
+    pub fn pre_request(&mut self, hashes: &RequestHashes, targets: &[(u32, Option<u64>)]) {
+        for &(endpoint, cache_num_blocks) in targets {
+            let capacity = self.lru_capacity(cache_num_blocks);
+            for prompt in hashes.prompts() {
+                self.index.add(endpoint, capacity, prompt);
+            }
+        }
+    }
+
+    /// A new LRU's capacity (upstream's `makeserver`): `CacheNumBlocks` under autoTune when
+    /// positive, else `lruCapacityPerServer` when positive, else 31250.
+    fn lru_capacity(&self, cache_num_blocks: Option<u64>) -> NonZeroUsize {
+        const DEFAULT: NonZeroUsize = NonZeroUsize::new(DEFAULT_LRU_CAPACITY_PER_SERVER as usize).unwrap();
+        // A metric beyond usize is beyond any LRU anyway (the index caps one at u32::MAX − 1).
+        let from_metric = cache_num_blocks
+            .filter(|_| self.config.auto_tune)
+            .and_then(|n| NonZeroUsize::new(usize::try_from(n).unwrap_or(usize::MAX)));
+        let from_config =
+            usize::try_from(self.config.lru_capacity_per_server).ok().and_then(NonZeroUsize::new);
+        from_metric.or(from_config).unwrap_or(DEFAULT)
+    }
+
+    /// Forget `endpoint` (upstream's `RemovePod`, run on endpoints that left the pool every
+    /// [`INACTIVE_ENDPOINT_SWEEP_MICROS`]); its phantom listings stay, as upstream's do.
+    pub fn remove_endpoint(&mut self, endpoint: u32) {
+        self.index.remove_endpoint(endpoint);
+    }
+
+    /// The endpoints the index holds an LRU for, ascending (upstream's `Pods`, for the sweep).
+    pub fn tracked_endpoints(&self) -> impl Iterator<Item = u32> + '_ {
+        self.index.endpoints()
+    }
+
+    /// How many blocks `endpoint`'s LRU holds (upstream's `PodBlockCounts`, for state dumps).
+    pub fn indexed_blocks(&self, endpoint: u32) -> Option<usize> {
+        self.index.block_count(endpoint)
+    }
+}
+
+#[cfg(test)]
+mod tests;
