@@ -1,8 +1,9 @@
-//! llm-d's approximate prefix cache: the `approx-prefix-cache-producer`.
+//! llm-d's approximate prefix cache: the `approx-prefix-cache-producer` and the
+//! `prefix-cache-scorer` that reads what it produces.
 //!
 //! Upstream (llm-d-router v0.10.0, `pkg/epp/framework/plugins/`):
-//! `requestcontrol/dataproducer/approximateprefix/{types,plugin,indexer}.go`
-//! and `requestcontrol/dataproducer/prefixhash/hashing.go`.
+//! `requestcontrol/dataproducer/approximateprefix/{types,plugin,indexer}.go`,
+//! `requestcontrol/dataproducer/prefixhash/hashing.go` and `scheduling/scorer/prefix/plugin.go`.
 //! The router never sees engine caches here: it remembers which endpoint it *sent* each chain of
 //! block hashes to, and a request's match on an endpoint is how many of its leading blocks that
 //! endpoint was sent. Per request the scheduling cycle calls, in order:
@@ -20,6 +21,7 @@
 mod config;
 mod hashing;
 mod index;
+mod score;
 
 use std::num::NonZeroUsize;
 
@@ -29,6 +31,7 @@ pub use config::{
     INACTIVE_ENDPOINT_SWEEP_MICROS, MIN_BLOCK_SIZE_TOKENS,
 };
 pub use hashing::{append_block_hashes, block_digest, blocks, chain_link, chain_seed};
+pub use score::{DEFAULT_MATCH_LENGTH_SCALE_TOKENS, PREFIX_SCORER_TYPE, PrefixScorerConfig};
 
 use index::PrefixIndex;
 
