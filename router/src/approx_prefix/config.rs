@@ -7,6 +7,7 @@
 //! not hold: a non-positive `blockSizeTokens` is valid under autoTune (the floor replaces it), and a
 //! negative `maxPrefixBlocksToMatch` is accepted and hashes nothing.
 
+use blis_kernel::SimDuration;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -26,9 +27,9 @@ pub const DEFAULT_LRU_CAPACITY_PER_SERVER: i64 = 31_250;
 /// The floor upstream applies to every block size at request time (`minBlockSizeTokens`, #1158).
 pub const MIN_BLOCK_SIZE_TOKENS: u32 = 64;
 /// How often upstream drops endpoints that left the pool from the index
-/// (`podActiveCheckInterval`, 2 min), in µs: the caller's sweep calls
-/// [`super::ApproxPrefixProducer::remove_endpoint`] on that cadence.
-pub const INACTIVE_ENDPOINT_SWEEP_MICROS: i64 = 120_000_000;
+/// (`podActiveCheckInterval`, 2 min, a wall-clock ticker started with the plugin): the caller's
+/// sweep calls [`super::ApproxPrefixProducer::remove_endpoint`] on that cadence.
+pub const INACTIVE_ENDPOINT_SWEEP: SimDuration = SimDuration::from_micros(120_000_000);
 
 /// Largest block size or LRU capacity we accept: block sizes are `u32` token counts and LRU
 /// slots are `u32` indices (4.3 billion entries would need well over 100 GiB of index).

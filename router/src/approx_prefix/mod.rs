@@ -14,9 +14,9 @@
 //!    this in a goroutine, so a request scheduled right after may not see it yet; we apply it
 //!    when called, at the routing instant.
 //!
-//! Endpoints are the caller's stable `u32` keys. Upstream keys the index by pod
-//! (`namespace/name`), so a caller whose endpoints are data-parallel ranks of one pod decides
-//! whether they share a key.
+//! Endpoints are the caller's stable `u32` keys. Upstream keys the index by endpoint ID, which
+//! the datastore names `<pod>-rank-<i>` (`datastore.go::createEndpointNamespacedName`), so each
+//! data-parallel rank has its own LRU, as each of our keys does.
 
 mod config;
 mod hashing;
@@ -28,7 +28,7 @@ use std::num::NonZeroUsize;
 pub use config::{
     APPROX_PREFIX_PRODUCER_TYPE, ApproxPrefixConfig, DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_LRU_CAPACITY_PER_SERVER, DEFAULT_MAX_PREFIX_BLOCKS, DEFAULT_MAX_PREFIX_TOKENS,
-    INACTIVE_ENDPOINT_SWEEP_MICROS, MIN_BLOCK_SIZE_TOKENS,
+    INACTIVE_ENDPOINT_SWEEP, MIN_BLOCK_SIZE_TOKENS,
 };
 pub use hashing::{append_block_hashes, block_digest, blocks, chain_link, chain_seed};
 pub use score::{DEFAULT_MATCH_LENGTH_SCALE_TOKENS, PREFIX_SCORER_TYPE, PrefixScorerConfig};
@@ -233,7 +233,7 @@ impl ApproxPrefixProducer {
     }
 
     /// Forget `endpoint` (upstream's `RemovePod`, run on endpoints that left the pool every
-    /// [`INACTIVE_ENDPOINT_SWEEP_MICROS`]); its phantom listings stay, as upstream's do.
+    /// [`INACTIVE_ENDPOINT_SWEEP`]); its phantom listings stay, as upstream's do.
     pub fn remove_endpoint(&mut self, endpoint: u32) {
         self.index.remove_endpoint(endpoint);
     }
