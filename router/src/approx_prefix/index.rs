@@ -307,6 +307,22 @@ mod tests {
         assert_eq!(index.endpoints().collect::<Vec<_>>(), vec![server1]);
     }
 
+    /// upstream: approximateprefix/indexer_test.go::TestIndexer_ConcurrentAddRemovePod (its two
+    /// interleavings, run in order: once the pod has no LRU, no hash lists it)
+    #[test]
+    fn indexer_add_remove_pod_in_either_order() {
+        let mut index = PrefixIndex::default();
+        index.add(1, cap(10), &[1, 2, 3]);
+        index.remove_endpoint(1);
+        assert_eq!(index.block_count(1), None);
+        assert_eq!(index.listed_hashes(), 0);
+        let mut index = PrefixIndex::default();
+        index.remove_endpoint(1);
+        index.add(1, cap(10), &[1, 2, 3]);
+        assert_eq!(index.block_count(1), Some(3));
+        assert_eq!(listed(&index, 2), vec![1]);
+    }
+
     /// Eviction order is least recently *added or refreshed*: re-adding moves a hash to the front.
     #[test]
     fn lru_refresh_changes_the_eviction_victim() {
