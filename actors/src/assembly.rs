@@ -5,9 +5,10 @@
 //! are declared under stable names — `router`, `engine/<pool>-<i>`, `client/<name>` — and
 //! installed. Every refusal names the scenario field.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use blis_contracts::{EngineIdentity, EngineKind, FieldError, Scenario};
+use blis_contracts::{EngineIdentity, EngineKind, FieldError, RouterSpec, Scenario};
 use blis_costmodel::{CostData, Pricer};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
 use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};
@@ -16,7 +17,7 @@ use serde_json::json;
 use crate::client::{Client, ClientWiring};
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
-use crate::router_host::RouterHost;
+use crate::router_host::{LlmdWiring, RouterHost};
 use crate::workload;
 
 /// An assembled cluster, ready to run.
@@ -38,6 +39,8 @@ pub struct AssembledCluster {
 /// A planned pool, before it becomes actors.
 struct PlannedPool {
     name: String,
+    model: Arc<str>,
+    labels: std::collections::BTreeMap<String, String>,
     replicas: u32,
     plan: vllm::VllmPlan,
     chip: blis_costmodel::Chip,
@@ -84,6 +87,8 @@ pub fn assemble(
             vllm::plan(&args, model, device, |p| Box::new(Pricer::new(&chip, p, registry)), &path)?;
         pools.push(PlannedPool {
             name: pool.name.clone(),
+            model: Arc::from(pool.model.as_str()),
+            labels: pool.labels.clone(),
             replicas: pool.replicas,
             plan,
             vocab_size: model.vocab_size,
@@ -115,11 +120,23 @@ pub fn assemble(
     let to_client = SimDuration::from_micros(network.client_router_us);
     let install_error =
         |e: blis_kernel::AssemblyError| FieldError::at("cluster", format!("cannot assemble: {e}"));
-    let mut engine_ids: Vec<(ActorId, String)> =
-        engines.iter().map(|(id, name, _)| (*id, name.clone())).collect();
-    engine_ids.sort_by(|a, b| a.1.cmp(&b.1));
-    let engine_order: Vec<ActorId> = engine_ids.iter().map(|(id, _)| *id).collect();
-    assembly.install(router, RouterHost::new(engine_ids, to_engine, to_client)).map_err(install_error)?;
+    let mut endpoints: Vec<(ActorId, String, &PlannedPool)> =
+        engines.iter().map(|(id, name, pool)| (*id, name.clone(), *pool)).collect();
+    endpoints.sort_by(|a, b| a.1.cmp(&b.1));
+    let engine_order: Vec<ActorId> = endpoints.iter().map(|(id, _, _)| *id).collect();
+    let spec = &scenario.cluster.router;
+    let (llmd, router_record) = if spec.is_llmd() {
+        let (wiring, record) = llmd_router(spec, &endpoints, streams, sources.len(), &options.base_dir)?;
+        (Some(wiring), record)
+    } else {
+        (None, serde_json::to_value(spec).expect("a router spec serialises"))
+    };
+    let notify_done = llmd.is_some();
+    let table = endpoints
+        .iter()
+        .map(|(id, name, pool)| (*id, Arc::from(name.as_str()), pool.model.clone()))
+        .collect();
+    assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
     for (id, name, pool) in &engines {
         let environment = Box::new(Pricer::new(&pool.chip, &pool.plan.pool, &data.registry));
         let engine = VllmEngine::new(pool.plan.clone(), environment);
@@ -128,7 +145,11 @@ pub fn assemble(
     // Token ids are drawn below the smallest vocabulary served, so every engine could take them.
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");
     let expected_requests = sources.iter().map(|s| s.requests).sum();
+    let mut served: Vec<&str> = pools.iter().map(|p| &*p.model).collect();
+    served.sort_unstable();
+    served.dedup();
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
+        let model = client_model(client_source.model.as_deref(), &client_source.model_path, &served)?;
         let wiring = ClientWiring {
             index: index as u32,
             me: id,
@@ -137,6 +158,8 @@ pub fn assemble(
             vocab_size,
             streams,
             keep_released: options.keep_released,
+            model: Arc::from(model),
+            notify_done,
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;
@@ -147,8 +170,9 @@ pub fn assemble(
         "seed": seed,
         "horizon_s": scenario.horizon_s,
         "network": network,
-        "router": scenario.cluster.router,
-        "pools": pools.iter().map(|p| json!({
+        "router": router_record,
+        "pools": pools.iter().map(|p| {
+            let mut record = json!({
             "name": p.name,
             "replicas": p.replicas,
             "chip": p.chip,
@@ -160,7 +184,13 @@ pub fn assemble(
                 "kv_budget": p.plan.budget,
                 "plan": p.plan.pool,
             },
-        })).collect::<Vec<_>>(),
+            });
+            // Labels appear only when given, so label-free scenarios keep their records.
+            if !p.labels.is_empty() {
+                record["labels"] = json!(p.labels);
+            }
+            record
+        }).collect::<Vec<_>>(),
         "workload": scenario.workload,
     });
     let mut identities: Vec<EngineIdentity> = pools.iter().map(|p| p.plan.pool.engine.clone()).collect();
@@ -174,4 +204,138 @@ pub fn assemble(
         identities,
         expected_requests,
     })
+}
+
+/// The model a client's requests name: the one it gives, which some pool must serve, or the
+/// only model served.
+fn client_model<'a>(given: Option<&'a str>, path: &str, served: &[&'a str]) -> Result<&'a str, FieldError> {
+    match given {
+        Some(model) if served.contains(&model) => Ok(model),
+        Some(model) => Err(FieldError::new(
+            path,
+            format!("{model:?}"),
+            format!("no pool serves this model (served: {})", served.join(", ")),
+        )),
+        None if served.len() == 1 => Ok(served[0]),
+        None => Err(FieldError::at(
+            path,
+            format!(
+                "the pools serve several models ({}): name the one this client's requests go to",
+                served.join(", ")
+            ),
+        )),
+    }
+}
+
+/// llm-d's router for `spec` over `endpoints` (in name order), and its resolved record.
+fn llmd_router(
+    spec: &RouterSpec,
+    endpoints: &[(ActorId, String, &PlannedPool)],
+    streams: Streams,
+    clients: usize,
+    base_dir: &Path,
+) -> Result<(LlmdWiring, serde_json::Value), FieldError> {
+    let (document, prefix) = match (&spec.config, &spec.config_file) {
+        (Some(inline), _) => {
+            let value = serde_json::to_value(inline).map_err(|e| {
+                FieldError::at("cluster.router.config", format!("not a JSON-compatible document: {e}"))
+            })?;
+            (value, "cluster.router.config".to_owned())
+        }
+        (None, Some(file)) => {
+            let path = base_dir.join(file);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                FieldError::new(
+                    "cluster.router.config_file",
+                    format!("{file:?}"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            let value: serde_json::Value = if text.trim().is_empty() {
+                serde_json::Value::Null
+            } else {
+                blis_contracts::yaml::from_str(&text).map_err(|e| {
+                    FieldError::new(
+                        "cluster.router.config_file",
+                        format!("{file:?}"),
+                        format!("not YAML: {e}"),
+                    )
+                })?
+            };
+            (value, format!("cluster.router.config_file({file})"))
+        }
+        (None, None) => unreachable!("a validated llm-d router has a config"),
+    };
+    let options = blis_router::LoadOptions { allow_experimental_plugins: spec.allow_experimental_plugins };
+    let config = blis_router::load(Some(&document), options).map_err(|e| FieldError {
+        path: blis_contracts::join_path(&prefix, &e.path),
+        value: e.value.clone(),
+        cause: e.reason.clone(),
+    })?;
+    let base_us = spec.refresh_metrics_interval_us();
+    let mut source_periods = Vec::new();
+    let mut sources_record = Vec::new();
+    for source in &config.data_sources {
+        let plugin = &config.plugins[source.source];
+        let blis_router::plugins::PluginKind::MetricsDataSource(metrics) = &plugin.kind else { continue };
+        let extracts = source.extractors.iter().any(|&e| {
+            matches!(config.plugins[e].kind, blis_router::plugins::PluginKind::CoreMetricsExtractor)
+        });
+        let period = period_ticks(metrics.interval.map(|d| d.micros), base_us);
+        if extracts {
+            source_periods.push(period);
+        }
+        sources_record.push(json!({
+            "source": plugin.name,
+            "extractors": source.extractors.iter().map(|&e| &config.plugins[e].name).collect::<Vec<_>>(),
+            "period_ticks": period,
+        }));
+    }
+    let name = |i: usize| config.plugins[i].name.clone();
+    let record = json!({
+        "kind": "llm-d",
+        "version": blis_contracts::LLMD_ROUTER_VERSION,
+        "spec": spec,
+        "refresh_metrics_interval_us": base_us,
+        "api_version": config.api_version,
+        "feature_gates": config.feature_gates,
+        "plugins": config.plugins.iter().map(|p| json!({"name": p.name, "type": p.type_name})).collect::<Vec<_>>(),
+        "profiles": config.profiles.iter().map(|p| json!({
+            "name": p.name,
+            "filters": p.filters.iter().map(|&f| name(f)).collect::<Vec<_>>(),
+            "scorers": p.scorers.iter().map(|&(s, w)| json!({"plugin": name(s), "weight": w})).collect::<Vec<_>>(),
+            "picker": name(p.picker),
+        })).collect::<Vec<_>>(),
+        "profile_handler": name(config.handler),
+        "saturation_detector": name(config.saturation_detector),
+        "parsers": config.parsers.iter().map(|&p| name(p)).collect::<Vec<_>>(),
+        "data_sources": sources_record,
+        "producers": config.producers.iter().map(|&p| name(p)).collect::<Vec<_>>(),
+        "inert": config.inert.iter().map(|i| json!({
+            "path": blis_contracts::join_path(&prefix, &i.path),
+            "reason": i.reason,
+        })).collect::<Vec<_>>(),
+        "warnings": config.warnings,
+    });
+    let table = endpoints
+        .iter()
+        .map(|(_, name, pool)| blis_router::Endpoint {
+            name: Arc::from(name.as_str()),
+            labels: pool.labels.clone(),
+            model: pool.model.clone(),
+            metrics: blis_router::EndpointMetrics::default(),
+        })
+        .collect();
+    let router = blis_router::Router::new(config, table);
+    let wiring = LlmdWiring { router, streams, refresh_interval_us: base_us, source_periods, clients };
+    Ok((wiring, record))
+}
+
+/// `periodTicks`: a source's interval in whole base ticks (Go's `math.Round`, at least 1; no
+/// interval or a non-positive one fires every tick).
+fn period_ticks(interval_us: Option<i64>, base_us: u64) -> u64 {
+    match interval_us {
+        Some(us) if us > 0 => ((us as f64 / base_us as f64).round() as u64).max(1),
+        _ => 1,
+    }
 }

@@ -69,7 +69,7 @@ struct Exchange {
 }
 
 /// Where a client sits in the cluster and how it draws token ids.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ClientWiring {
     /// The client's index among clients (the top bits of its call keys).
     pub index: u32,
@@ -85,6 +85,10 @@ pub struct ClientWiring {
     pub streams: Streams,
     /// Whether to keep every request released, for exporting the workload.
     pub keep_released: bool,
+    /// The model its requests name.
+    pub model: Arc<str>,
+    /// Whether to tell the router when it will send nothing more.
+    pub notify_done: bool,
 }
 
 /// What the client knows of one LLM call.
@@ -162,13 +166,26 @@ pub struct Client {
     arrived: u64,
     last_arrival_us: u64,
     released: Option<Vec<RequestSpec>>,
+    model: Arc<str>,
+    /// Whether it still has to tell the router it is done.
+    notify_done: bool,
     last_transition: SimTime,
 }
 
 impl Client {
     /// A client named `name` playing `source`, wired into the cluster by `wiring`.
     pub fn new(name: &str, source: Box<dyn RequestSource>, wiring: ClientWiring) -> Client {
-        let ClientWiring { index, me, router, delay_to_router, vocab_size, streams, keep_released } = wiring;
+        let ClientWiring {
+            index,
+            me,
+            router,
+            delay_to_router,
+            vocab_size,
+            streams,
+            keep_released,
+            model,
+            notify_done,
+        } = wiring;
         let component = format!("client/{name}");
         let mut client = Client {
             name: name.to_owned(),
@@ -197,6 +214,8 @@ impl Client {
             arrived: 0,
             last_arrival_us: 0,
             released: keep_released.then(Vec::new),
+            model,
+            notify_done,
             last_transition: SimTime::ZERO,
         };
         client.upcoming = client.source.next_request();
@@ -423,7 +442,12 @@ impl Client {
             notes.phase_begin("request", key, "queued");
             notes.counter("client", "outstanding", self.outstanding as f64);
         }
-        let message = CallRequest { client: self.me, request: engine_request };
+        let message = CallRequest {
+            client: self.me,
+            request: engine_request,
+            model: self.model.clone(),
+            report_first_token: false,
+        };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }
 
@@ -526,7 +550,12 @@ impl Client {
                 call.fate = Some(Fate::Dropped { reason: m.reason });
                 false
             }
-            ClusterMessage::Request(_) | ClusterMessage::Abort(_) => return,
+            ClusterMessage::Request(_)
+            | ClusterMessage::Abort(_)
+            | ClusterMessage::FirstToken(_)
+            | ClusterMessage::Scrape
+            | ClusterMessage::Metrics(_)
+            | ClusterMessage::ClientDone => return,
         };
         call.settled_us = Some(now_us);
         let (live, node) = (call.live, call.node_index);
@@ -647,6 +676,10 @@ impl Call {
 
 impl Actor<ClusterMessage> for Client {
     fn time_advance(&self) -> TimeAdvance {
+        if self.notify_done && self.upcoming.is_none() && self.timers.is_empty() && self.live.is_empty() {
+            // Nothing left to send: say so at once (a client with no requests too).
+            return TimeAdvance::until(self.last_transition, self.last_transition);
+        }
         match self.next_own_event() {
             Some(at) => TimeAdvance::until(self.last_transition, SimTime::from_micros(at)),
             None => TimeAdvance::Passive,
@@ -682,6 +715,10 @@ impl Actor<ClusterMessage> for Client {
                 (_, Some(arrival_at)) if arrival_at <= now_us => self.arrive(now_us, out),
                 _ => break,
             }
+        }
+        if self.notify_done && self.upcoming.is_none() && self.timers.is_empty() && self.live.is_empty() {
+            self.notify_done = false;
+            out.send(self.router, self.delay_to_router, ClusterMessage::ClientDone);
         }
         self.last_transition = ctx.now.time;
     }

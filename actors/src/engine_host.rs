@@ -17,14 +17,16 @@
 //! exactly when outputs are applied joins after them (outputs first, then arrivals, then the
 //! next schedule — the order of vLLM's loop).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use blis_contracts::{Rank, RankShares, StepGraph, StepMode};
 use blis_engines::vllm::{FinishedRequest, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
-use crate::message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
+use blis_router::Scrape;
+
+use crate::message::{CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage};
 
 /// What the engine loop does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +51,8 @@ pub struct EngineHost {
     batch_ends: VecDeque<SimTime>,
     last_transition: SimTime,
     clients: BTreeMap<u64, ActorId>,
+    /// Requests whose first token the router wants to hear of, not yet produced.
+    first_token_pending: BTreeSet<u64>,
     finished: Vec<FinishedRequest>,
     answered: Vec<u64>,
     aborted: u64,
@@ -76,6 +80,7 @@ impl EngineHost {
             batch_ends: VecDeque::new(),
             last_transition: SimTime::ZERO,
             clients: BTreeMap::new(),
+            first_token_pending: BTreeSet::new(),
             finished: Vec::new(),
             answered: Vec::new(),
             aborted: 0,
@@ -111,6 +116,19 @@ impl EngineHost {
         (mean, self.kv_usage_peak.max(usage))
     }
 
+    /// What a scrape of `/metrics` reads now: vLLM's gauges as of its latest step, and
+    /// `vllm:cache_config_info`.
+    fn scrape(&self) -> Scrape {
+        let metrics = self.engine.metrics();
+        Scrape {
+            samples: metrics.samples().iter().map(|&(name, value)| (name.into(), value)).collect(),
+            cache_config: Some((
+                u64::from(metrics.cache_config.block_size),
+                metrics.cache_config.num_gpu_blocks,
+            )),
+        }
+    }
+
     /// Keys of the requests this instance finished and answered.
     pub fn answered(&self) -> &[u64] {
         &self.answered
@@ -141,6 +159,7 @@ impl EngineHost {
                 // (its answer on the way) is unknown to the scheduler and nothing happens.
                 if self.engine.abort(abort.key).is_some() {
                     self.clients.remove(&abort.key);
+                    self.first_token_pending.remove(&abort.key);
                     self.aborted += 1;
                     if let Some(notes) = out.notes() {
                         notes.phase_end("request", abort.key);
@@ -149,7 +168,15 @@ impl EngineHost {
                 }
                 return;
             }
-            ClusterMessage::Completion(_) | ClusterMessage::Rejection(_) => return,
+            ClusterMessage::Scrape => {
+                out.send(self.router, self.delay_to_router, ClusterMessage::Metrics(Box::new(self.scrape())));
+                return;
+            }
+            ClusterMessage::Completion(_)
+            | ClusterMessage::Rejection(_)
+            | ClusterMessage::FirstToken(_)
+            | ClusterMessage::Metrics(_)
+            | ClusterMessage::ClientDone => return,
         };
         self.admit(&call, now, out);
     }
@@ -160,6 +187,9 @@ impl EngineHost {
         match self.engine.add_request(&call.request) {
             Ok(()) => {
                 self.clients.insert(key, call.client);
+                if call.report_first_token {
+                    self.first_token_pending.insert(key);
+                }
                 if self.next == Loop::Idle {
                     self.next = Loop::Top(now);
                 }
@@ -181,6 +211,18 @@ impl EngineHost {
     fn complete(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         self.batch_ends.pop_front();
         self.engine.complete_oldest(now.as_micros(), &mut self.finished);
+        if !self.first_token_pending.is_empty() {
+            for &(key, token) in &self.engine.last_update().tokens {
+                if token.is_some() && self.first_token_pending.remove(&key) {
+                    let client = self.clients[&key];
+                    out.send(
+                        self.router,
+                        self.delay_to_router,
+                        ClusterMessage::FirstToken(CallAbort { key, client }),
+                    );
+                }
+            }
+        }
         for done in self.finished.drain(..) {
             let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
             self.answered.push(done.key);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{ActorId, Message, MessageClass};
+use blis_router::Scrape;
 use serde::{Deserialize, Serialize};
 
 /// Every message kind of the cluster.
@@ -21,18 +22,32 @@ pub enum ClusterMessage {
     Rejection(Box<CallRejection>),
     /// A call its client gave up on (a timeout), towards the engine holding it.
     Abort(CallAbort),
+    /// A call's first output token, from its engine to the router (sent only when the router
+    /// asked for it: llm-d releases in-flight state on the first response chunk).
+    FirstToken(CallAbort),
+    /// A metrics scrape, from the router to an engine.
+    Scrape,
+    /// An engine's metrics, answering a scrape.
+    Metrics(Box<Scrape>),
+    /// A client will send nothing more (so the router may stop scraping).
+    ClientDone,
 }
 
 impl Message for ClusterMessage {
     /// The class table: which message an actor sees first among those delivered at the same
     /// time. Answers before new work, so an actor settles what finished before it takes on more
-    /// (a client or router frees its state first; nothing is decided on stale counts).
+    /// (a client or router frees its state first; nothing is decided on stale counts); metrics
+    /// before the requests routed on them.
     fn class(&self) -> MessageClass {
         match self {
             ClusterMessage::Completion(_) => MessageClass(0),
             ClusterMessage::Rejection(_) => MessageClass(1),
-            ClusterMessage::Abort(_) => MessageClass(2),
-            ClusterMessage::Request(_) => MessageClass(3),
+            ClusterMessage::FirstToken(_) => MessageClass(2),
+            ClusterMessage::Abort(_) => MessageClass(3),
+            ClusterMessage::Metrics(_) => MessageClass(4),
+            ClusterMessage::ClientDone => MessageClass(5),
+            ClusterMessage::Scrape => MessageClass(6),
+            ClusterMessage::Request(_) => MessageClass(7),
         }
     }
 
@@ -42,6 +57,10 @@ impl Message for ClusterMessage {
             ClusterMessage::Rejection(_) => "rejection",
             ClusterMessage::Abort(_) => "abort",
             ClusterMessage::Request(_) => "request",
+            ClusterMessage::FirstToken(_) => "first-token",
+            ClusterMessage::Scrape => "scrape",
+            ClusterMessage::Metrics(_) => "metrics",
+            ClusterMessage::ClientDone => "client-done",
         }
     }
 }
@@ -53,6 +72,10 @@ pub struct CallRequest {
     pub client: ActorId,
     /// The request as the engine receives it (its `arrival_us` is when the client sent it).
     pub request: EngineRequest,
+    /// The model it names.
+    pub model: Arc<str>,
+    /// Whether the engine reports its first token to the router.
+    pub report_first_token: bool,
 }
 
 /// A call an engine finished.
@@ -101,7 +124,8 @@ impl ClusterMessage {
             ClusterMessage::Request(m) => m.request.key,
             ClusterMessage::Completion(m) => m.key,
             ClusterMessage::Rejection(m) => m.key,
-            ClusterMessage::Abort(m) => m.key,
+            ClusterMessage::Abort(m) | ClusterMessage::FirstToken(m) => m.key,
+            ClusterMessage::Scrape | ClusterMessage::Metrics(_) | ClusterMessage::ClientDone => 0,
         }
     }
 
@@ -111,7 +135,8 @@ impl ClusterMessage {
             ClusterMessage::Request(m) => m.client,
             ClusterMessage::Completion(m) => m.client,
             ClusterMessage::Rejection(m) => m.client,
-            ClusterMessage::Abort(m) => m.client,
+            ClusterMessage::Abort(m) | ClusterMessage::FirstToken(m) => m.client,
+            ClusterMessage::Scrape | ClusterMessage::Metrics(_) | ClusterMessage::ClientDone => ActorId(0),
         }
     }
 }
@@ -132,6 +157,8 @@ mod tests {
                 output_token_ids: Arc::from(vec![1u32]),
                 arrival_us: 0,
             },
+            model: Arc::from("m"),
+            report_first_token: false,
         }));
         let completion = ClusterMessage::Completion(Box::new(CallCompletion {
             key: 0,
@@ -148,21 +175,37 @@ mod tests {
             reason: "x".to_owned(),
         }));
         let abort = ClusterMessage::Abort(CallAbort { key: 0, client: ActorId(0) });
+        let first = ClusterMessage::FirstToken(CallAbort { key: 0, client: ActorId(0) });
+        let metrics = ClusterMessage::Metrics(Box::default());
         // The expected table, written out. The match is exhaustive: a new variant does not
         // compile until it is given its place here. An abort comes before new work, so an
-        // engine frees what was given up before it admits more.
+        // engine frees what was given up before it admits more; a first token and fresh metrics
+        // reach the router before the requests it routes at the same instant.
         let expected = |m: &ClusterMessage| match m {
             ClusterMessage::Completion(_) => 0,
             ClusterMessage::Rejection(_) => 1,
-            ClusterMessage::Abort(_) => 2,
-            ClusterMessage::Request(_) => 3,
+            ClusterMessage::FirstToken(_) => 2,
+            ClusterMessage::Abort(_) => 3,
+            ClusterMessage::Metrics(_) => 4,
+            ClusterMessage::ClientDone => 5,
+            ClusterMessage::Scrape => 6,
+            ClusterMessage::Request(_) => 7,
         };
-        let all = [&completion, &rejection, &abort, &request];
+        let all = [
+            &completion,
+            &rejection,
+            &first,
+            &abort,
+            &metrics,
+            &ClusterMessage::ClientDone,
+            &ClusterMessage::Scrape,
+            &request,
+        ];
         for message in all {
             assert_eq!(message.class().0, expected(message));
         }
         let mut classes: Vec<u16> = all.iter().map(|m| m.class().0).collect();
         classes.dedup();
-        assert_eq!(classes.len(), 4, "two kinds share a class");
+        assert_eq!(classes.len(), 8, "two kinds share a class");
     }
 }

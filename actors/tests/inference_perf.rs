@@ -37,6 +37,7 @@ fn import(emulate: InferencePerfBuild) -> InferencePerfImport {
         emulate,
         tokenizer: None,
         stage_duration_cap_s: None,
+        model: None,
     }
 }
 

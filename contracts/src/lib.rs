@@ -19,6 +19,7 @@ mod rank;
 mod request_spec;
 mod result;
 mod scenario;
+mod stack;
 mod workload;
 pub mod yaml;
 
@@ -42,8 +43,10 @@ pub use result::{
     SimulationRecord, SpreadRecord, ValidityRecord,
 };
 pub use scenario::{
-    Cluster, EngineKind, EngineSpec, Hardware, Network, Pool, RouterPolicy, RouterSpec, Scenario,
+    Cluster, DEFAULT_REFRESH_METRICS_INTERVAL_S, EngineKind, EngineSpec, Hardware, LLMD_ROUTER_VERSION,
+    Network, Pool, RouterPolicy, RouterSpec, Scenario,
 };
+pub use stack::{STACK_JSON, stack, version_of};
 pub use workload::{
     Arrival, ClientSpec, Duration, InferencePerfBuild, InferencePerfImport, LengthDist, PromptTokenizer,
     Rate, Replay, ReplayFormat, Session, SharedPrefix, SloClass, Stage, StageGaps, Workload,

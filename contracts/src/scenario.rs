@@ -59,20 +59,116 @@ pub struct Network {
     pub router_engine_us: u64,
 }
 
-/// The router and its endpoint-picking policy.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The llm-d router release this build models (also in `stack.json`).
+pub const LLMD_ROUTER_VERSION: &str = "0.10.0";
+
+/// llm-d's `--refresh-metrics-interval` default, seconds.
+pub const DEFAULT_REFRESH_METRICS_INTERVAL_S: f64 = 0.05;
+
+/// The router: llm-d's, configured by an `EndpointPickerConfig`, or the round-robin baseline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouterSpec {
-    /// How the router picks an engine.
-    pub policy: RouterPolicy,
+    /// The baseline policy (`round-robin`), instead of llm-d's router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<RouterPolicy>,
+    /// llm-d's `EndpointPickerConfig`, inline (`{}` for the release's built-in default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<YamlValue>,
+    /// llm-d's `EndpointPickerConfig` in a file, relative to the scenario's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_file: Option<String>,
+    /// The llm-d router release (default and only value: the one this build models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Upstream's `--allow-experimental-plugins`: let Alpha plugins load.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_experimental_plugins: bool,
+    /// Upstream's `--refresh-metrics-interval`: how often each endpoint is scraped, seconds
+    /// (default 0.05).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_metrics_interval_s: Option<f64>,
 }
 
 /// Endpoint-picking policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RouterPolicy {
-    /// Each request to the next engine in name order, wrapping around.
+    /// Each request to the next engine serving its model, in name order, wrapping around.
     RoundRobin,
+}
+
+impl RouterSpec {
+    /// Whether llm-d's router (rather than the baseline) runs.
+    pub fn is_llmd(&self) -> bool {
+        self.policy.is_none()
+    }
+
+    /// Refuse contradictory or out-of-range router settings.
+    fn validate(&self) -> Result<(), FieldError> {
+        let given = [self.policy.is_some(), self.config.is_some(), self.config_file.is_some()];
+        match given.iter().filter(|g| **g).count() {
+            0 => {
+                return Err(FieldError::at(
+                    "cluster.router",
+                    "choose a router: `policy: round-robin`, or llm-d's with `config` (inline, `{}` for its \
+                     built-in default) or `config_file`",
+                ));
+            }
+            1 => {}
+            _ if self.policy.is_some() => {
+                return Err(FieldError::at(
+                    "cluster.router.policy",
+                    "round-robin is the baseline instead of llm-d's router; give it or a config, not both",
+                ));
+            }
+            _ => {
+                return Err(FieldError::at(
+                    "cluster.router.config_file",
+                    "give `config` or `config_file`, not both",
+                ));
+            }
+        }
+        if let Some(version) = &self.version
+            && version != LLMD_ROUTER_VERSION
+        {
+            return Err(FieldError::new(
+                "cluster.router.version",
+                format!("{version:?}"),
+                format!("this build models llm-d-router {LLMD_ROUTER_VERSION} only"),
+            ));
+        }
+        if let Some(interval) = self.refresh_metrics_interval_s
+            && !(interval.is_finite() && (1e-6..=3600.0).contains(&interval))
+        {
+            return Err(FieldError::new(
+                "cluster.router.refresh_metrics_interval_s",
+                interval,
+                "must be between 1 µs and 3600 s (llm-d scrapes each endpoint on this interval)",
+            ));
+        }
+        if self.policy.is_some() {
+            for (field, set) in [
+                ("version", self.version.is_some()),
+                ("allow_experimental_plugins", self.allow_experimental_plugins),
+                ("refresh_metrics_interval_s", self.refresh_metrics_interval_s.is_some()),
+            ] {
+                if set {
+                    return Err(FieldError::at(
+                        format!("cluster.router.{field}"),
+                        "a setting of llm-d's router; the round-robin baseline has none",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The scrape interval, µs.
+    pub fn refresh_metrics_interval_us(&self) -> u64 {
+        let s = self.refresh_metrics_interval_s.unwrap_or(DEFAULT_REFRESH_METRICS_INTERVAL_S);
+        (s * 1e6).ceil() as u64
+    }
 }
 
 /// A group of identical engine instances.
@@ -87,6 +183,10 @@ pub struct Pool {
     pub hardware: Hardware,
     /// The served model, by catalog name.
     pub model: String,
+    /// Kubernetes-style labels of its instances, as llm-d's filters read them (e.g.
+    /// `llm-d.ai/role: decode`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
     /// The engine and its arguments.
     pub engine: EngineSpec,
 }
@@ -152,6 +252,7 @@ impl Scenario {
         if self.cluster.pools.is_empty() {
             return Err(FieldError::new("cluster.pools", "[]", "at least one pool of engines is needed"));
         }
+        self.cluster.router.validate()?;
         for (i, pool) in self.cluster.pools.iter().enumerate() {
             let path = format!("cluster.pools[{i}]");
             check_name(&pool.name, &format!("{path}.name"))?;

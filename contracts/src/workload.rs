@@ -50,6 +50,9 @@ pub struct InferencePerfImport {
     /// quickly; absent: the profile's durations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_duration_cap_s: Option<f64>,
+    /// The model its requests name (default: the one model the cluster serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 fn inference_perf_name() -> String {
@@ -96,6 +99,9 @@ pub struct Replay {
     /// Its format.
     #[serde(default)]
     pub format: ReplayFormat,
+    /// The model its requests name (default: the one model the cluster serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Formats of workload files.
@@ -155,6 +161,9 @@ pub struct ClientSpec {
     /// Abort a call not answered this many seconds after it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
+    /// The model its requests name (default: the one model the cluster serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl ClientSpec {

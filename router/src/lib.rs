@@ -1,37 +1,27 @@
-//! The router's decisions, as plain state machines that know nothing of actors.
+//! llm-d's router (llm-d-router v0.10.0) as plain state machines that know nothing of actors.
 //!
-//! This crate will hold llm-d's scheduling cycle (filters, scorers, pickers, profile handlers,
-//! prefix indexes, saturation and flow control). The first slice has one picker:
-//! [`RoundRobin`].
+//! A user's `EndpointPickerConfig` is loaded exactly as the release loads it ([`config`]: strict
+//! decoding, the defaults upstream injects, upstream's refusals), into plugin instances
+//! ([`plugins`]) that a [`Router`] runs through the release's scheduling cycle ([`cycle`]) for
+//! every request, over endpoints whose metrics arrive only by scrape ([`endpoint`]). The
+//! approximate prefix index ([`approx_prefix`]) learns from the router's own decisions. Where
+//! upstream is nondeterministic (Go map order, wall-clock-seeded picks, goroutines) the router
+//! takes a fixed order or a named random substream instead; `docs/ROUTING.md` lists each case.
+//! [`RoundRobin`] remains as the baseline policy.
 
 pub mod approx_prefix;
+pub mod config;
+pub mod cycle;
+pub mod endpoint;
 pub mod params;
+pub mod plugins;
+pub mod registry;
+pub mod request;
+pub mod round_robin;
+pub mod view;
 
-/// Picks endpoints in turn: each call returns the next index, wrapping around.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RoundRobin {
-    next: usize,
-}
-
-impl RoundRobin {
-    /// The index of the endpoint for the next request among `endpoints` (which must be
-    /// non-empty).
-    pub fn pick(&mut self, endpoints: usize) -> usize {
-        assert!(endpoints > 0, "round robin needs at least one endpoint");
-        let picked = self.next % endpoints;
-        self.next = (picked + 1) % endpoints;
-        picked
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn picks_in_turn_and_wraps() {
-        let mut rr = RoundRobin::default();
-        let picks: Vec<usize> = (0..7).map(|_| rr.pick(3)).collect();
-        assert_eq!(picks, vec![0, 1, 2, 0, 1, 2, 0]);
-    }
-}
+pub use config::{ConfigError, LoadOptions, RouterConfig, load};
+pub use cycle::{Decision, Router, RouterRng};
+pub use endpoint::{Endpoint, EndpointIndex, EndpointMetrics, Scrape};
+pub use request::RoutingRequest;
+pub use round_robin::RoundRobin;

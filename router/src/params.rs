@@ -56,7 +56,10 @@ pub fn decode<T: DeserializeOwned + Default>(params: Option<&Value>) -> Result<T
                     key.clone()
                 } else {
                     // encoding/json: an exact match first, else a case-insensitive one.
-                    fields.iter().find(|f| f.eq_ignore_ascii_case(key)).map_or(key.clone(), |f| (*f).to_owned())
+                    fields
+                        .iter()
+                        .find(|f| f.eq_ignore_ascii_case(key))
+                        .map_or(key.clone(), |f| (*f).to_owned())
                 };
                 folded.insert(name, v.clone());
             }
@@ -79,11 +82,7 @@ pub fn decode<T: DeserializeOwned + Default>(params: Option<&Value>) -> Result<T
                 let name = rest.split('`').next().unwrap_or_default();
                 // The path already ends at the unknown field.
                 let path = if path.rsplit('.').next() == Some(name) { path } else { join(&path, name) };
-                return ParamError {
-                    path,
-                    value: None,
-                    reason: format!("json: unknown field \"{name}\""),
-                };
+                return ParamError { path, value: None, reason: format!("json: unknown field \"{name}\"") };
             }
             None => format!("json: {inner}"),
         };

@@ -249,6 +249,7 @@ impl WorkloadFit {
                 slo_class: None,
                 priority: None,
                 timeout_s: None,
+                model: None,
             }],
             replays: Vec::new(),
             inference_perf: None,

@@ -89,6 +89,10 @@ pub struct ClientSource {
     pub source: Box<dyn RequestSource>,
     /// How many requests it will send, when known in advance.
     pub requests: Option<u64>,
+    /// The model its requests name, if the workload says.
+    pub model: Option<String>,
+    /// Where that model would be named in the scenario.
+    pub model_path: String,
 }
 
 /// The sources of every client of `workload`, synthetic clients first, then replays (whose
@@ -99,7 +103,7 @@ pub fn sources(
     base_dir: &Path,
 ) -> Result<Vec<ClientSource>, FieldError> {
     let mut out = Vec::with_capacity(workload.clients.len() + workload.replays.len());
-    for spec in &workload.clients {
+    for (i, spec) in workload.clients.iter().enumerate() {
         let requests = match spec.arrival {
             blis_contracts::Arrival::Staged { .. } => None,
             _ => Some(spec.requests),
@@ -108,13 +112,21 @@ pub fn sources(
             name: spec.name.clone(),
             source: Box::new(Synthetic::new(spec, workload.rate_per_s, streams)),
             requests,
+            model: spec.model.clone(),
+            model_path: format!("workload.clients[{i}].model"),
         });
     }
     for (i, replay) in workload.replays.iter().enumerate() {
         let path = base_dir.join(&replay.path);
         let label = format!("workload.replays[{i}].path ({})", replay.path);
         let (source, requests) = replay_file(replay.format, &path, &label, &replay.name)?;
-        out.push(ClientSource { name: replay.name.clone(), source, requests: Some(requests) });
+        out.push(ClientSource {
+            name: replay.name.clone(),
+            source,
+            requests: Some(requests),
+            model: replay.model.clone(),
+            model_path: format!("workload.replays[{i}].model"),
+        });
     }
     if let Some(import) = &workload.inference_perf {
         let source = InferencePerfSource::open(import, base_dir, streams)?;
@@ -124,6 +136,8 @@ pub fn sources(
             name: import.name.clone(),
             source: Box::new(source),
             requests: Some(requests),
+            model: import.model.clone(),
+            model_path: "workload.inference_perf.model".to_owned(),
         });
     }
     Ok(out)

@@ -1,0 +1,376 @@
+//! The scheduling cycle: one request in, one decision out, as llm-d-router v0.10.0's director
+//! and scheduler make it.
+//!
+//! Order (`requestcontrol/director.go::HandleRequest`, `scheduling/scheduler.go::Schedule`):
+//! legacy admission (a sheddable request is refused while the pool is saturated) → candidates
+//! (the endpoints serving the request's model, in name order) → data producers in dependency
+//! order → the profile handler → per profile: filters in order, each on the previous survivors
+//! (none left fails the profile) → scorers, each score clamped to 0..1, times its weight, summed
+//! → the picker → pre-request hooks (the prefix index learns the decision, in-flight counters
+//! rise, the no-hit LRU moves). Response hooks release the in-flight counters as the response
+//! passes back. Every random choice draws from the router's named substreams.
+
+use blis_kernel::Substream;
+
+use crate::config::RouterConfig;
+use crate::endpoint::{Endpoint, EndpointIndex, Scrape};
+use crate::plugins::{PluginKind, scorers};
+use crate::request::RoutingRequest;
+use crate::view::{Attributes, PluginInstance, View};
+
+/// The router's random sources, each a named substream.
+#[derive(Clone, Debug)]
+pub struct RouterRng {
+    /// Picker shuffles and weighted draws (`router`, `tie-break`).
+    pub tie_break: Substream,
+    /// The affinity filter's exploration draws (`router`, `exploration`).
+    pub exploration: Substream,
+}
+
+/// What the router decided for one request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Sent on: the primary profile's targets, the first being where the request goes.
+    Routed {
+        /// The endpoint the request goes to.
+        endpoint: EndpointIndex,
+        /// Every target the picker returned, in order.
+        targets: Vec<EndpointIndex>,
+        /// The winner's total score.
+        score: f64,
+    },
+    /// Refused with the HTTP status and message a client would see.
+    Refused {
+        /// The status code.
+        status: u16,
+        /// Upstream's message.
+        reason: String,
+    },
+}
+
+/// llm-d's router as a state machine: its plugins, their state, and the endpoints' last scrape.
+#[derive(Clone, Debug)]
+pub struct Router {
+    config: RouterConfig,
+    endpoints: Vec<Endpoint>,
+    attributes: Attributes,
+    scratch: Scratch,
+}
+
+/// Buffers reused across cycles, so routing allocates nothing in the steady state.
+#[derive(Clone, Debug, Default)]
+struct Scratch {
+    survivors: Vec<EndpointIndex>,
+    filtered: Vec<EndpointIndex>,
+    scores: Vec<Option<f64>>,
+    totals: Vec<f64>,
+    scored: Vec<(EndpointIndex, f64)>,
+    keys: Vec<f64>,
+    cold: Vec<(usize, bool)>,
+}
+
+impl Router {
+    /// A router running `config` over `endpoints` (in name order; their indexes are positions).
+    pub fn new(mut config: RouterConfig, endpoints: Vec<Endpoint>) -> Router {
+        for plugin in &mut config.plugins {
+            if let PluginKind::InFlightLoadProducer(p) = &mut plugin.kind {
+                p.register_endpoints(endpoints.len());
+            }
+        }
+        Router { config, endpoints, attributes: Attributes::default(), scratch: Scratch::default() }
+    }
+
+    /// The config it runs.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// The endpoints, with their last-scraped metrics.
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    /// The plugin instances and their state.
+    pub fn plugins(&self) -> &[PluginInstance] {
+        &self.config.plugins
+    }
+
+    /// Take in a scrape of `endpoint` arriving at `now_us`, through the configured extractors.
+    pub fn record_scrape(&mut self, endpoint: EndpointIndex, scrape: &Scrape, now_us: u64) {
+        self.endpoints[endpoint as usize].metrics.apply(scrape, now_us);
+    }
+
+    /// Decide where `request` goes among `candidates` (the endpoints serving its model, in
+    /// index order) at `now_us`.
+    pub fn route(
+        &mut self,
+        request: &RoutingRequest,
+        candidates: &[EndpointIndex],
+        now_us: u64,
+        rng: &mut RouterRng,
+    ) -> Decision {
+        if request.priority < 0 {
+            let view = self.view(request, now_us);
+            if saturation(&view, self.config.saturation_detector, candidates) >= 1.0 {
+                return refused(429, "system saturated, sheddable request dropped");
+            }
+        }
+        if candidates.is_empty() {
+            return refused(503, "failed to find endpoint candidates for serving the request");
+        }
+        self.produce(request, candidates);
+        let Some((endpoint, targets, score)) = self.run_profile(0, request, candidates, now_us, rng) else {
+            let name = &self.config.profiles[0].name;
+            return refused(
+                429,
+                &format!("failed to find target endpoint: failed to run scheduler profile '{name}'"),
+            );
+        };
+        self.pre_request(request, endpoint);
+        Decision::Routed { endpoint, targets, score }
+    }
+
+    /// The response's first chunk passed back through the router.
+    pub fn first_chunk(&mut self, key: u64) {
+        for plugin in &mut self.config.plugins {
+            if let PluginKind::InFlightLoadProducer(p) = &mut plugin.kind {
+                p.first_chunk(key);
+            }
+        }
+    }
+
+    /// The response ended (or the request was answered with an error, or given up).
+    pub fn end(&mut self, key: u64) {
+        for plugin in &mut self.config.plugins {
+            if let PluginKind::InFlightLoadProducer(p) = &mut plugin.kind {
+                p.end(key);
+            }
+        }
+    }
+
+    /// Whether any plugin releases state on a response's first chunk.
+    pub fn wants_first_chunk(&self) -> bool {
+        self.config.plugins.iter().any(|p| matches!(p.kind, PluginKind::InFlightLoadProducer(_)))
+    }
+
+    fn view<'a>(&'a self, request: &'a RoutingRequest<'a>, now_us: u64) -> View<'a> {
+        View {
+            now_us,
+            endpoints: &self.endpoints,
+            request,
+            attributes: &self.attributes,
+            plugins: &self.config.plugins,
+        }
+    }
+
+    /// Run the data producers in dependency order.
+    fn produce(&mut self, request: &RoutingRequest, candidates: &[EndpointIndex]) {
+        self.attributes.clear();
+        let endpoints = self.endpoints.len();
+        for &p in &self.config.producers.clone() {
+            let plugins = &mut self.config.plugins;
+            match &mut plugins[p].kind {
+                PluginKind::TokenProducer(_) => {
+                    self.attributes.tokenized = !request.prompt_token_ids.is_empty()
+                }
+                PluginKind::ApproxPrefixProducer(producer) => {
+                    let first_block_size = candidates
+                        .first()
+                        .map(|&e| self.endpoints[e as usize].metrics.cache_block_size)
+                        .filter(|&b| b > 0)
+                        .map(|b| b as u32);
+                    let block_size = producer.inner.block_size(first_block_size);
+                    let prompts: &[&[u32]] =
+                        if self.attributes.tokenized { &[request.prompt_token_ids] } else { &[] };
+                    producer.inner.hash_request(
+                        request.model,
+                        request.cache_salt,
+                        prompts,
+                        block_size,
+                        &mut producer.hashes,
+                    );
+                    let mut infos = Vec::with_capacity(candidates.len());
+                    producer.inner.produce(&mut producer.hashes, candidates, &mut infos);
+                    let slots = self.attributes.prefix_slots(p, endpoints);
+                    for (&e, info) in candidates.iter().zip(infos) {
+                        slots[e as usize] = Some(info);
+                    }
+                }
+                PluginKind::InFlightLoadProducer(_) => {
+                    let input =
+                        if self.attributes.tokenized { request.prompt_token_ids.len() as u64 } else { 0 };
+                    let PluginKind::InFlightLoadProducer(producer) = &self.config.plugins[p].kind else {
+                        unreachable!()
+                    };
+                    let estimates: Vec<(EndpointIndex, u64)> = candidates
+                        .iter()
+                        .map(|&e| {
+                            let info = producer.prefix_producer.and_then(|pp| {
+                                self.attributes
+                                    .prefix
+                                    .iter()
+                                    .find(|(i, _)| *i == pp)
+                                    .and_then(|(_, s)| s[e as usize])
+                            });
+                            (e, producer.estimate(input, info, request.max_tokens))
+                        })
+                        .collect();
+                    let slots = self.attributes.uncached_slots(p, endpoints);
+                    for (e, tokens) in estimates {
+                        slots[e as usize] = Some(tokens);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Run profile `index`: the picked endpoint, all targets and the winner's score, or `None`
+    /// when a filter left no endpoint.
+    fn run_profile(
+        &mut self,
+        index: usize,
+        request: &RoutingRequest,
+        candidates: &[EndpointIndex],
+        now_us: u64,
+        rng: &mut RouterRng,
+    ) -> Option<(EndpointIndex, Vec<EndpointIndex>, f64)> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let profile = &self.config.profiles[index];
+        let view = self.view(request, now_us);
+        scratch.survivors.clear();
+        scratch.survivors.extend_from_slice(candidates);
+        for &f in &profile.filters {
+            scratch.filtered.clear();
+            filter(
+                &view,
+                &self.config.plugins[f].kind,
+                &scratch.survivors,
+                &mut rng.exploration,
+                &mut scratch.filtered,
+            );
+            std::mem::swap(&mut scratch.survivors, &mut scratch.filtered);
+            if scratch.survivors.is_empty() {
+                self.scratch = scratch;
+                return None;
+            }
+        }
+        let n = scratch.survivors.len();
+        scratch.totals.clear();
+        scratch.totals.resize(n, 0.0);
+        scratch.cold.clear();
+        for &(s, weight) in &profile.scorers {
+            scratch.scores.clear();
+            scratch.scores.resize(n, None);
+            let kind = &self.config.plugins[s].kind;
+            if let PluginKind::NoHitLruScorer(lru) = kind {
+                let cold = lru.is_cold(&view, &scratch.survivors);
+                scratch.cold.push((s, cold));
+                lru.score(&view, &scratch.survivors, cold, &mut scratch.scores);
+            } else {
+                score(&view, kind, &scratch.survivors, &mut scratch.scores);
+            }
+            for (total, value) in scratch.totals.iter_mut().zip(&scratch.scores) {
+                if let Some(v) = value {
+                    *total += clamp_unit(*v) * weight;
+                }
+            }
+        }
+        scratch.scored.clear();
+        scratch.scored.extend(scratch.survivors.iter().copied().zip(scratch.totals.iter().copied()));
+        let PluginKind::Picker(picker) = &self.config.plugins[profile.picker].kind else {
+            unreachable!("a profile's picker is a picker")
+        };
+        let picked = picker.pick(&mut scratch.scored, &mut rng.tie_break, &mut scratch.keys);
+        let targets: Vec<EndpointIndex> = scratch.scored[..picked].iter().map(|&(e, _)| e).collect();
+        let (endpoint, total) = scratch.scored[0];
+        self.scratch = scratch;
+        Some((endpoint, targets, total))
+    }
+
+    /// Pre-request hooks of every plugin, for a request routed to `endpoint`.
+    fn pre_request(&mut self, request: &RoutingRequest, endpoint: EndpointIndex) {
+        let cache_num_blocks = self.endpoints[endpoint as usize].metrics.cache_num_blocks;
+        let name = self.endpoints[endpoint as usize].name.clone();
+        let cold = std::mem::take(&mut self.scratch.cold);
+        for (i, plugin) in self.config.plugins.iter_mut().enumerate() {
+            match &mut plugin.kind {
+                PluginKind::ApproxPrefixProducer(producer) => {
+                    let capacity = (cache_num_blocks > 0).then_some(cache_num_blocks);
+                    let hashes = std::mem::take(&mut producer.hashes);
+                    producer.inner.pre_request(&hashes, &[(endpoint, capacity)]);
+                    producer.hashes = hashes;
+                }
+                PluginKind::InFlightLoadProducer(producer) => {
+                    let tokens = self
+                        .attributes
+                        .uncached
+                        .iter()
+                        .find(|(p, _)| *p == i)
+                        .and_then(|(_, s)| s[endpoint as usize])
+                        .unwrap_or(0);
+                    producer.add(request.key, &[(endpoint, false, tokens)]);
+                }
+                PluginKind::NoHitLruScorer(lru) if cold.iter().any(|&(s, c)| s == i && c) => lru.touch(&name),
+                _ => {}
+            }
+        }
+        self.scratch.cold = cold;
+    }
+}
+
+fn refused(status: u16, reason: &str) -> Decision {
+    Decision::Refused { status, reason: reason.to_owned() }
+}
+
+/// `enforceScoreRange`: below 0 → 0, above 1 → 1; NaN passes through as upstream's does.
+pub fn clamp_unit(score: f64) -> f64 {
+    score.clamp(0.0, 1.0)
+}
+
+fn saturation(view: &View, detector: usize, candidates: &[EndpointIndex]) -> f64 {
+    match &view.plugins[detector].kind {
+        PluginKind::UtilizationDetector(d) => d.saturation(view, candidates),
+        PluginKind::ConcurrencyDetector(d) => d.saturation(view, candidates),
+        _ => unreachable!("the loader checked the saturation detector"),
+    }
+}
+
+fn filter(
+    view: &View,
+    kind: &PluginKind,
+    input: &[EndpointIndex],
+    exploration: &mut Substream,
+    out: &mut Vec<EndpointIndex>,
+) {
+    match kind {
+        PluginKind::ByLabelFilter(f) => {
+            out.extend(input.iter().copied().filter(|&e| f.keeps(&view.endpoints[e as usize])));
+        }
+        PluginKind::LabelSelectorFilter(f) => {
+            out.extend(input.iter().copied().filter(|&e| f.matches(&view.endpoints[e as usize].labels)));
+        }
+        PluginKind::UtilizationFilter(f) => f.filter(view, input, out),
+        PluginKind::PrefixCacheAffinityFilter(f) => f.filter(view, input, exploration, out),
+        PluginKind::UtilizationDetector(d) => d.filter(view, input, out),
+        PluginKind::ConcurrencyDetector(d) => d.filter(view, input, out),
+        _ => unreachable!("only filters are in a profile's filter slot"),
+    }
+}
+
+fn score(view: &View, kind: &PluginKind, candidates: &[EndpointIndex], out: &mut [Option<f64>]) {
+    match kind {
+        PluginKind::QueueScorer => scorers::queue(view, candidates, out),
+        PluginKind::KvCacheUtilizationScorer => scorers::kv_cache_utilization(view, candidates, out),
+        PluginKind::RunningRequestsSizeScorer => scorers::running(view, candidates, out),
+        PluginKind::LoadAwareScorer(s) => s.score(view, candidates, out),
+        PluginKind::PrefixCacheScorer(s) => {
+            for (slot, &e) in out.iter_mut().zip(candidates) {
+                *slot = Some(s.score(view.prefix_info(s.producer, e).as_ref()));
+            }
+        }
+        PluginKind::TokenLoadScorer(s) => s.score(view, candidates, out),
+        PluginKind::ActiveRequestScorer(s) => s.score(view, candidates, out),
+        _ => unreachable!("only scorers are in a profile's scorer slot"),
+    }
+}

@@ -1,0 +1,23 @@
+//! A request as the router's scheduling cycle receives it.
+//!
+//! blis-actor's clients send pre-tokenized completions (`prompt` as token ids), so upstream's
+//! token producer passes the ids straight through as the request's `TokenizedPrompt` (its
+//! estimate backend does so for token-id inputs, and the vLLM render backend returns the same
+//! ids); there is one prompt per request.
+
+/// What the router reads of one request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoutingRequest<'a> {
+    /// The request's key, unique in the run.
+    pub key: u64,
+    /// The model it names (after any rewrite).
+    pub model: &'a str,
+    /// The prompt's token ids.
+    pub prompt_token_ids: &'a [u32],
+    /// The inference objective's priority (0 by default; negative means sheddable).
+    pub priority: i64,
+    /// The request's `cache_salt`, empty when it has none.
+    pub cache_salt: &'a [u8],
+    /// The client's output cap (`max_tokens`), when it gives one.
+    pub max_tokens: Option<u64>,
+}
