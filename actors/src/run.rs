@@ -243,6 +243,7 @@ pub fn run_observed(
     let result = RunResult {
         schema: RESULT_SCHEMA.to_owned(),
         blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        stack: blis_contracts::stack(),
         seed,
         engines: first.identities.clone(),
         scenario: ScenarioRecord { given: text.to_owned(), resolved: first.resolved.clone() },

@@ -25,11 +25,15 @@ use blis_kernel::{HostKind, Observer, SimTime};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// `--version`: this build and every upstream release it models (`stack.json`, embedded).
+const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), "\nmodels (stack.json): ", include_str!("../../stack.json"));
+
 /// The default scenario, compiled in.
 const DEFAULT_SCENARIO: &str = include_str!("../../fixtures/scenarios/default.yaml");
 
 #[derive(Parser)]
-#[command(name = "blis-actor", version, about = "Simulate LLM serving clusters in seconds")]
+#[command(name = "blis-actor", version = VERSION, about = "Simulate LLM serving clusters in seconds")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -403,6 +407,9 @@ fn run(
     }
     print!("{}", summary::render(&output));
     let _ = std::io::stdout().flush();
+    for line in summary::router_notes(&output, quiet) {
+        eprintln!("{line}");
+    }
     eprintln!(
         "wrote {} and {}",
         outputs.out.join("result.json").display(),

@@ -128,3 +128,23 @@ fn percent(e: &EstimateRecord) -> String {
         None => format!("{:.1}%", e.mean * 100.0),
     }
 }
+
+/// What llm-d's router config left without effect (always) and what upstream would log while
+/// loading it (unless `quiet`), one line each, for stderr.
+pub fn router_notes(output: &RunOutput, quiet: bool) -> Vec<String> {
+    let router = &output.result.scenario.resolved["router"];
+    let mut lines = Vec::new();
+    for inert in router["inert"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "warning: {} is accepted but has no effect: {}",
+            inert["path"].as_str().unwrap_or_default(),
+            inert["reason"].as_str().unwrap_or_default()
+        ));
+    }
+    if !quiet {
+        for warning in router["warnings"].as_array().into_iter().flatten() {
+            lines.push(format!("llm-d router: {}", warning.as_str().unwrap_or_default()));
+        }
+    }
+    lines
+}

@@ -18,6 +18,8 @@ pub struct RunResult {
     pub schema: String,
     /// The blis-actor release that produced it.
     pub blis_actor_version: String,
+    /// Every upstream release this build models (`stack.json`), by name.
+    pub stack: BTreeMap<String, String>,
     /// The run seed.
     pub seed: u64,
     /// Upstream engines modelled, one entry per distinct engine and release.
