@@ -27,6 +27,9 @@ pub struct RouterRng {
     pub exploration: Substream,
 }
 
+/// A profile's targets (one unless the picker returns more), inline for the usual few.
+pub type Targets = smallvec::SmallVec<[EndpointIndex; 4]>;
+
 /// What the router decided for one request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
@@ -35,7 +38,7 @@ pub enum Decision {
         /// The endpoint the request goes to.
         endpoint: EndpointIndex,
         /// Every target the picker returned, in order.
-        targets: Vec<EndpointIndex>,
+        targets: Targets,
         /// The winner's total score.
         score: f64,
     },
@@ -67,6 +70,7 @@ struct Scratch {
     scored: Vec<(EndpointIndex, f64)>,
     keys: Vec<f64>,
     cold: Vec<(usize, bool)>,
+    infos: Vec<crate::plugins::prefix::PrefixMatchInfo>,
 }
 
 impl Router {
@@ -167,7 +171,8 @@ impl Router {
     fn produce(&mut self, request: &RoutingRequest, candidates: &[EndpointIndex]) {
         self.attributes.clear();
         let endpoints = self.endpoints.len();
-        for &p in &self.config.producers.clone() {
+        for i in 0..self.config.producers.len() {
+            let p = self.config.producers[i];
             let plugins = &mut self.config.plugins;
             match &mut plugins[p].kind {
                 PluginKind::TokenProducer(_) => {
@@ -189,11 +194,12 @@ impl Router {
                         block_size,
                         &mut producer.hashes,
                     );
-                    let mut infos = Vec::with_capacity(candidates.len());
-                    producer.inner.produce(&mut producer.hashes, candidates, &mut infos);
+                    let infos = &mut self.scratch.infos;
+                    infos.clear();
+                    producer.inner.produce(&mut producer.hashes, candidates, infos);
                     let slots = self.attributes.prefix_slots(p, endpoints);
-                    for (&e, info) in candidates.iter().zip(infos) {
-                        slots[e as usize] = Some(info);
+                    for (&e, info) in candidates.iter().zip(infos.iter()) {
+                        slots[e as usize] = Some(*info);
                     }
                 }
                 PluginKind::InFlightLoadProducer(_) => {
@@ -202,22 +208,17 @@ impl Router {
                     let PluginKind::InFlightLoadProducer(producer) = &self.config.plugins[p].kind else {
                         unreachable!()
                     };
-                    let estimates: Vec<(EndpointIndex, u64)> = candidates
-                        .iter()
-                        .map(|&e| {
-                            let info = producer.prefix_producer.and_then(|pp| {
-                                self.attributes
-                                    .prefix
-                                    .iter()
-                                    .find(|(i, _)| *i == pp)
-                                    .and_then(|(_, s)| s[e as usize])
-                            });
-                            (e, producer.estimate(input, info, request.max_tokens))
-                        })
-                        .collect();
-                    let slots = self.attributes.uncached_slots(p, endpoints);
-                    for (e, tokens) in estimates {
-                        slots[e as usize] = Some(tokens);
+                    // The prefix producer ran first (dependency order); its slots are read
+                    // while this producer's are written.
+                    let prefix_at = producer
+                        .prefix_producer
+                        .and_then(|pp| self.attributes.prefix.iter().position(|(i, _)| *i == pp));
+                    self.attributes.uncached_slots(p, endpoints);
+                    let Attributes { prefix, uncached, .. } = &mut self.attributes;
+                    let slots = &mut uncached.iter_mut().find(|(i, _)| *i == p).expect("just created").1;
+                    for &e in candidates {
+                        let info = prefix_at.and_then(|at| prefix[at].1[e as usize]);
+                        slots[e as usize] = Some(producer.estimate(input, info, request.max_tokens));
                     }
                 }
                 _ => {}
@@ -234,7 +235,7 @@ impl Router {
         candidates: &[EndpointIndex],
         now_us: u64,
         rng: &mut RouterRng,
-    ) -> Option<(EndpointIndex, Vec<EndpointIndex>, f64)> {
+    ) -> Option<(EndpointIndex, Targets, f64)> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let profile = &self.config.profiles[index];
         let view = self.view(request, now_us);
@@ -282,7 +283,7 @@ impl Router {
             unreachable!("a profile's picker is a picker")
         };
         let picked = picker.pick(&mut scratch.scored, &mut rng.tie_break, &mut scratch.keys);
-        let targets: Vec<EndpointIndex> = scratch.scored[..picked].iter().map(|&(e, _)| e).collect();
+        let targets: Targets = scratch.scored[..picked].iter().map(|&(e, _)| e).collect();
         let (endpoint, total) = scratch.scored[0];
         self.scratch = scratch;
         Some((endpoint, targets, total))

@@ -54,8 +54,10 @@ pub struct RequestHashes {
     /// End offset in `hashes` of each prompt that yielded at least one hash.
     prompt_ends: Vec<usize>,
     block_size: u32,
-    /// [`ApproxPrefixProducer::produce`]'s scratch: distinct candidates, ascending, with counts.
-    counts: Vec<(u32, u64)>,
+    /// [`ApproxPrefixProducer::produce`]'s scratch: matched blocks by endpoint key (dense), and
+    /// the keys made non-zero, to reset.
+    counts: Vec<u64>,
+    touched: Vec<u32>,
 }
 
 impl RequestHashes {
@@ -176,20 +178,21 @@ impl ApproxPrefixProducer {
     /// under, crediting every listed endpoint one block per hash (it need not hold the earlier
     /// blocks); sum over prompts. `request` lends its scratch buffer.
     pub fn produce(&self, request: &mut RequestHashes, candidates: &[u32], out: &mut Vec<PrefixMatchInfo>) {
-        let RequestHashes { hashes, prompt_ends, block_size, counts } = request;
-        counts.clear();
-        counts.extend(candidates.iter().map(|&c| (c, 0)));
-        counts.sort_unstable();
-        counts.dedup_by_key(|(c, _)| *c);
+        let RequestHashes { hashes, prompt_ends, block_size, counts, touched } = request;
         let mut start = 0;
         for &end in prompt_ends.iter() {
             for &hash in &hashes[start..end] {
                 let mut listed = false;
                 for endpoint in self.index.holders(hash) {
                     listed = true;
-                    if let Ok(i) = counts.binary_search_by_key(&endpoint, |&(c, _)| c) {
-                        counts[i].1 += 1;
+                    let slot = endpoint as usize;
+                    if slot >= counts.len() {
+                        counts.resize(slot + 1, 0);
                     }
+                    if counts[slot] == 0 {
+                        touched.push(endpoint);
+                    }
+                    counts[slot] += 1;
                 }
                 if !listed {
                     break;
@@ -199,10 +202,13 @@ impl ApproxPrefixProducer {
         }
         let total_blocks = hashes.len() as u64;
         out.clear();
-        out.extend(candidates.iter().map(|c| {
-            let match_blocks = counts.binary_search_by_key(c, |&(c, _)| c).map_or(0, |i| counts[i].1);
+        out.extend(candidates.iter().map(|&c| {
+            let match_blocks = counts.get(c as usize).copied().unwrap_or(0);
             PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens: *block_size }
         }));
+        for endpoint in touched.drain(..) {
+            counts[endpoint as usize] = 0;
+        }
     }
 
     /// Record the routing decision (upstream's `PreRequest`): every prompt's hashes are added for

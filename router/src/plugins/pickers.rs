@@ -67,6 +67,21 @@ impl Picker {
         keys: &mut Vec<f64>,
     ) -> usize {
         match self.rule {
+            PickRule::MaxScore if self.max_endpoints == 1 => {
+                // Upstream shuffles, then sorts by score, stably: the winner is a uniformly
+                // random one of the highest scores. Drawn directly, with one draw.
+                let best =
+                    scored.iter().map(|&(_, s)| s).fold(f64::NEG_INFINITY, |a, b| if b > a { b } else { a });
+                let ties = scored.iter().filter(|&&(_, s)| s == best).count();
+                if ties == 0 {
+                    // Every score is NaN: upstream's comparisons leave the shuffled order.
+                    shuffle(scored, rng);
+                } else {
+                    let nth = rng.below(ties as u64) as usize;
+                    let at = scored.iter().enumerate().filter(|(_, e)| e.1 == best).nth(nth).map(|(i, _)| i);
+                    scored.swap(0, at.expect("the nth tie exists"));
+                }
+            }
             PickRule::MaxScore => {
                 shuffle(scored, rng);
                 // A stable sort on exact float order, highest first (NaN sorts as equal).
