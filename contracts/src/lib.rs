@@ -8,6 +8,7 @@
 //! value and the cause. Documents outside the kernel carry time as integer microseconds in
 //! fields named `*_us`.
 
+pub mod bounds;
 mod call;
 mod engine;
 mod error;
@@ -27,7 +28,7 @@ pub use engine::{
     EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepGraph,
     StepMode, StepPrice, StepRequest, StepShape, StepTotals,
 };
-pub use error::{FieldError, join_path};
+pub use error::{FieldError, join_path, number};
 pub use frame::{
     Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp,
     WarmUpRecord,

@@ -1,0 +1,159 @@
+//! The reproductions of issue 15, each from `fixtures/tests/small.yaml` with one value changed:
+//! every one exits 2 with one message naming the field, the value and the bound, or runs
+//! correctly — never an abort, a hang or a wrong result with exit 0.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn blis_actor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blis-actor")).args(args).output().expect("the binary runs")
+}
+
+fn small() -> String {
+    std::fs::read_to_string(format!("{}/../fixtures/tests/small.yaml", env!("CARGO_MANIFEST_DIR")))
+        .expect("the fixture is readable")
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("blis-actor-reliability-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `small.yaml` with `from` replaced by `to` (which must occur), written to a scratch folder.
+fn variant(test: &str, from: &str, to: &str) -> (PathBuf, PathBuf) {
+    let text = small();
+    assert!(text.contains(from), "{from:?} is not in small.yaml");
+    let dir = scratch(test);
+    let path = dir.join("scenario.yaml");
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    (dir, path)
+}
+
+/// Run `scenario` (extra flags after it) and expect exit 2 with one `error:` line containing each
+/// of `needles`.
+fn refused(scenario: &std::path::Path, flags: &[&str], needles: &[&str]) {
+    let out = scenario.with_file_name("out");
+    let mut args = vec!["run", scenario.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let output = blis_actor(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    for needle in needles {
+        assert!(errors[0].contains(needle), "{needle:?} not in {stderr}");
+    }
+    assert!(!out.exists(), "a refused run writes nothing");
+}
+
+const CLIENT_TAIL: &str = "      output_tokens: { dist: uniform, min: 10, max: 100 }\n";
+
+#[test]
+fn replications_beyond_the_bound_are_refused() {
+    let (_dir, path) = variant("replications-flag", "requests: 50", "requests: 50");
+    refused(&path, &["--replications", "4000000000"], &["--replications = 4000000000", "at most 1000"]);
+    let (_dir, path) = variant(
+        "replications-frame",
+        CLIENT_TAIL,
+        &format!("{CLIENT_TAIL}frame: {{ replications: 4000000000 }}\n"),
+    );
+    refused(&path, &[], &["frame.replications = 4000000000", "at most 1000"]);
+}
+
+#[test]
+fn a_block_override_beyond_the_gpu_memory_is_refused() {
+    let (_dir, path) = variant("blocks", "args: {}", "args: { num_gpu_blocks_override: 4000000000 }");
+    refused(
+        &path,
+        &[],
+        &["engine.args.num_gpu_blocks_override = 4000000000", "79.19 GiB each GPU of H100-SXM"],
+    );
+}
+
+#[test]
+fn token_counts_beyond_every_max_model_len_are_refused() {
+    let (_dir, path) = variant(
+        "input",
+        "input_tokens: { dist: uniform, min: 50, max: 500 }",
+        "input_tokens: { dist: constant, value: 4294967295 }",
+    );
+    refused(&path, &[], &["workload.clients[0].input_tokens = 4294967295", "max_model_len", "131072"]);
+    let (_dir, path) = variant(
+        "prefix",
+        CLIENT_TAIL,
+        &format!("{CLIENT_TAIL}      shared_prefix: {{ groups: 2, tokens: 4000000000 }}\n"),
+    );
+    refused(&path, &[], &["workload.clients[0].shared_prefix.tokens = 4000000000", "131072"]);
+}
+
+#[test]
+fn sessions_of_billions_of_turns_are_refused() {
+    let session = "      session: { turns: { dist: constant, value: 4000000000 }, think_time_s: { dist: constant, value: 1 } }\n";
+    let (_dir, path) = variant("turns", CLIENT_TAIL, &format!("{CLIENT_TAIL}{session}"));
+    refused(&path, &[], &["workload.clients[0].session.turns", "at most 32768 turns"]);
+}
+
+#[test]
+fn huge_timeouts_and_think_times_are_refused_not_wrapped() {
+    let (_dir, path) = variant("timeout", CLIENT_TAIL, &format!("{CLIENT_TAIL}      timeout_s: 1e300\n"));
+    refused(&path, &[], &["workload.clients[0].timeout_s = 1e300", "at most 1e9 s"]);
+    let session = "      session: { turns: { dist: constant, value: 3 }, think_time_s: { dist: constant, value: 1e300 } }\n";
+    let (_dir, path) = variant("think", CLIENT_TAIL, &format!("{CLIENT_TAIL}{session}"));
+    refused(&path, &[], &["workload.clients[0].session.think_time_s.value = 1e300", "at most 1e9 s"]);
+}
+
+#[test]
+fn rates_and_counts_whose_run_would_never_end_are_refused() {
+    let (_dir, path) = variant("rate", "rate_per_s: 5", "rate_per_s: 1e-300");
+    refused(&path, &[], &["workload.clients[0].arrival.rate_per_s = 1e-300", "at most 1e9 s"]);
+    let (_dir, path) = variant("requests", "requests: 50", "requests: 10000000000000000000");
+    refused(&path, &[], &["workload.clients[0].requests = 10000000000000000000", "at most 10000000"]);
+}
+
+#[test]
+fn a_slow_rate_runs_to_its_end_with_every_call_completed() {
+    // Fifty requests about 11.6 simulated days apart: idle time costs nothing.
+    let (dir, path) = variant("slow", "rate_per_s: 5", "rate_per_s: 1e-6");
+    let out = dir.join("out");
+    let output = blis_actor(&["run", path.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("50 calls = 50 completed"), "{stdout}");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let end_s = result["simulation"]["end_time_us"].as_u64().unwrap() as f64 / 1e6;
+    // 50 gaps of mean 10⁶ s: the end lies within a few standard deviations (√50 · 10⁶ s) of 5·10⁷ s.
+    assert!((2e7..9e7).contains(&end_s), "ended at {end_s} s");
+}
+
+#[test]
+fn a_kv_cache_larger_than_the_gpu_is_refused_with_the_bound() {
+    let (_dir, path) = variant("kv", "args: {}", "args: { kv_cache_memory_bytes: 10000000000000000 }");
+    refused(&path, &[], &["engine.args.kv_cache_memory_bytes = 10000000000000000", "79.19 GiB each GPU"]);
+}
+
+#[test]
+fn a_huge_value_gives_a_short_message() {
+    let digits = "9".repeat(5_000_000);
+    let (_dir, path) = variant("long", "requests: 50", &format!("requests: {digits}"));
+    let out = path.with_file_name("out");
+    let output = blis_actor(&["run", path.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stderr.len() < 2_000, "{} bytes of message", output.stderr.len());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("workload.clients[0].requests"));
+}
+
+#[test]
+fn causes_name_what_is_wrong() {
+    let session = "      session: { turns: { dist: constant, value: 0 }, think_time_s: { dist: constant, value: 1 } }\n";
+    let (_dir, path) = variant("turns0", CLIENT_TAIL, &format!("{CLIENT_TAIL}{session}"));
+    refused(&path, &[], &["session.turns.value = 0: must be at least 1 turn"]);
+    let (_dir, path) = variant("capture", "args: {}", "args: { cudagraph_capture_sizes: [0, 8] }");
+    refused(&path, &[], &["engine.args.cudagraph_capture_sizes[0] = 0"]);
+    let (_dir, path) = variant("70b", "model: Llama-3.1-8B", "model: Llama-2-70B");
+    refused(&path, &[], &["engine.args.tensor_parallel_size = 1", "larger tensor_parallel_size"]);
+    let (_dir, path) = variant("threads", "requests: 50", "requests: 50");
+    refused(&path, &["--threads", "0"], &["--threads = 0"]);
+}
