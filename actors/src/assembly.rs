@@ -55,9 +55,11 @@ pub struct AssemblyOptions {
     pub keep_released: bool,
 }
 
-/// Refuse synthetic token counts no pool could serve: a prompt (with its shared prefix) or an
-/// output longer than the largest `max_model_len` of any pool would be materialised only to be
-/// dropped, and at billions of tokens would exhaust memory first.
+/// Refuse synthetic token counts no pool could serve at any setting: a prompt (with its shared
+/// prefix) or an output longer than the largest `max_model_len` any pool allows (its model's
+/// `max_position_embeddings`) would be materialised only to be dropped, and at billions of
+/// tokens would exhaust memory first. Lengths between a pool's configured `max_model_len` and
+/// that bound run, and are dropped as too long, as vLLM drops them.
 fn check_lengths(scenario: &Scenario, longest: u32) -> Result<(), FieldError> {
     let bound = |path: String, tokens: u64, what: &str| {
         if tokens > u64::from(longest) {
@@ -65,7 +67,7 @@ fn check_lengths(scenario: &Scenario, longest: u32) -> Result<(), FieldError> {
                 path,
                 tokens,
                 format!(
-                    "{what} longer than the largest max_model_len of any pool ({longest} tokens) could never be served"
+                    "{what} longer than the largest max_model_len any pool allows ({longest} tokens, its model's max_position_embeddings) could never be served"
                 ),
             ))
         } else {
@@ -84,7 +86,7 @@ fn check_lengths(scenario: &Scenario, longest: u32) -> Result<(), FieldError> {
                 format!("{path}.input_tokens"),
                 format!("up to {input} (after a {prefix}-token shared prefix)"),
                 format!(
-                    "a prompt longer than the largest max_model_len of any pool ({longest} tokens) could never be served"
+                    "a prompt longer than the largest max_model_len any pool allows ({longest} tokens, its model's max_position_embeddings) could never be served"
                 ),
             ));
         }
@@ -130,8 +132,11 @@ pub fn assemble(
         });
     }
 
-    let longest =
-        pools.iter().map(|p| p.plan.config.max_model_len).max().expect("a validated scenario has pools");
+    let longest = pools
+        .iter()
+        .map(|p| p.plan.pool.model.max_position_embeddings)
+        .max()
+        .expect("a validated scenario has pools");
     check_lengths(scenario, longest)?;
 
     let mut assembly = Assembly::new();
