@@ -107,13 +107,22 @@ pub struct ReplicationRecord {
 /// The overload assessment of one replication.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OverloadRecord {
-    /// Whether the backlog keeps growing.
+    /// Whether the run is overloaded by the rule of `docs/METRICS.md`: a growing backlog, at
+    /// least half the calls abandoned, or stopped by the stop rule.
     pub overloaded: bool,
-    /// Least-squares growth of the backlog over the second half of the offered load, calls
-    /// per second (absent when the run was too short to judge).
+    /// Least-squares growth of the backlog (calls sent and waiting for their first token) over
+    /// the second half of the offered load, calls per second (absent when the run was too short
+    /// to judge).
     pub backlog_growth_per_s: Option<f64>,
     /// The backlog at the end of the offered load, calls.
     pub final_backlog: f64,
+    /// Of the calls sent in the second half of the offered load and answered or abandoned, the
+    /// share that timed out (absent when none did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned_share: Option<f64>,
+    /// When the stop rule stopped the run, µs of simulated time (absent: it was not stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at_us: Option<u64>,
 }
 
 /// Where the run lies against the data the cost model trusts.
