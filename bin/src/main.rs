@@ -348,7 +348,10 @@ fn run(
             Ok(filter) => filter,
             Err(message) => return fail(2, message),
         };
-        match trace::writer(path, filter, options.seed) {
+        // The run's seed as the run will take it: the flag, else the scenario's, else the default.
+        let scenario_seed = blis_contracts::Scenario::parse(&text).ok().and_then(|s| s.seed);
+        let seed = options.seed.or(scenario_seed).unwrap_or(blis_actors::DEFAULT_SEED);
+        match trace::writer(path, filter, seed) {
             Ok(writer) => observers.push(Box::new(writer)),
             Err(error) => {
                 return fail(1, format_args!("{}: cannot write the trace: {error}", path.display()));
@@ -386,12 +389,14 @@ fn run(
         if let Err(error) = writer.finish(end) {
             return fail(1, format_args!("{}: cannot write the trace: {error}", path.display()));
         }
+        eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &outputs.record {
         let log = downcast::<MessageLog<BufWriter<File>>>(observers.next());
         if let Err(error) = log.finish(&replay::trailer(&output.comparable_digest())) {
             return fail(1, format_args!("{}: cannot write the recording: {error}", path.display()));
         }
+        eprintln!("wrote {}", path.display());
     }
     if let Err(error) = write_outputs(&output, &outputs.out) {
         return fail(1, format_args!("{}: cannot write the outputs: {error}", outputs.out.display()));
@@ -431,13 +436,46 @@ fn run_with_progress(
         )
         .expect("the progress template is valid"),
     );
+    let mut shown = WallTicker::new();
     let outcome = run_observed(text, options, data, observers, &mut |p: Progress| {
+        if quiet || !shown.due() {
+            return;
+        }
         bar.set_length(p.total);
         bar.set_position(p.answered);
         bar.set_message(format!("{:.1} s", p.simulated.as_secs_f64()));
     });
     bar.finish_and_clear();
     outcome
+}
+
+/// Says when a progress display is due again: every [`WallTicker::EVERY`] of wall time.
+///
+/// The one wall-clock exception of the project (clippy.toml): it only paces what a person sees
+/// on stderr and never reaches a decision or an output file.
+pub(crate) struct WallTicker {
+    last: Option<std::time::Instant>,
+}
+
+impl WallTicker {
+    /// Wall time between two displays.
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+    /// A ticker due at once.
+    pub(crate) fn new() -> WallTicker {
+        WallTicker { last: None }
+    }
+
+    /// Whether a display is due now; if so, the next is due [`WallTicker::EVERY`] later.
+    #[allow(clippy::disallowed_methods, reason = "wall time paces the progress display only")]
+    pub(crate) fn due(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|last| now.duration_since(last) < WallTicker::EVERY) {
+            return false;
+        }
+        self.last = Some(now);
+        true
+    }
 }
 
 fn write_outputs(output: &RunOutput, out: &Path) -> std::io::Result<()> {

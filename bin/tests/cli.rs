@@ -90,6 +90,13 @@ fn a_traced_and_recorded_run_checks_and_replays_and_a_broken_trace_fails_the_che
         record.to_str().unwrap(),
     ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for written in [&trace, &record] {
+        assert!(stderr.contains(&format!("wrote {}", written.display())), "{stderr}");
+    }
+    // The header carries the run's seed (small.yaml gives none: the default, 1).
+    let header: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(header["otherData"]["seed"], "1", "{}", header["otherData"]);
     let check = blis_actor(&["trace-check", trace.to_str().unwrap()]);
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
     let replay = blis_actor(&["replay", record.to_str().unwrap(), "--host", "tasks"]);
