@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use blis_contracts::{
-    Arrival, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS, PricingRecord,
+    Arrival, BuildRecord, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS, PricingRecord,
     RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario, ScenarioRecord,
     SpreadRecord, StopRule, WarmUpRecord, bounds,
 };
@@ -40,8 +40,8 @@ pub struct RunOptions {
     pub replications: Option<u32>,
     /// Threads to run replications on (default: the machine's cores); never changes outputs.
     pub threads: Option<usize>,
-    /// SHA-256 of the binary running the simulation, for the Result (the command line sets it).
-    pub binary_sha256: Option<String>,
+    /// The build running the simulation, for the Result (the command line sets it).
+    pub build: Option<BuildRecord>,
     /// Also run replication 0 once per uncertainty sample of the registry's fitted bundles and
     /// report how far each figure moves.
     pub coefficient_spread: bool,
@@ -254,8 +254,8 @@ pub fn run_observed(
             catalog_sha256: data.catalog_sha256.clone(),
             registry_sha256: data.registry_sha256.clone(),
             workload_files: workload_files(&scenario, &assembly.base_dir),
-            binary_sha256: options.binary_sha256.clone(),
         },
+        build: options.build.clone(),
         pricing: pricing_record(&first.priced),
         frame: FrameRecord {
             kind: frame.run_kind(),

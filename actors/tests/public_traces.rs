@@ -33,7 +33,7 @@ fn replay(dir: PathBuf, path: &str, format: &str) -> Result<RunOutput, RunError>
         export_workload: true,
         replications: Some(1),
         threads: None,
-        binary_sha256: None,
+        build: None,
         coefficient_spread: false,
     };
     run(&scenario(path, format), options, &mut |_| {})

@@ -249,7 +249,7 @@ fn main() -> ExitCode {
                     export_workload: export,
                     replications,
                     threads,
-                    binary_sha256: binary_sha256(),
+                    build: Some(build_record()),
                     coefficient_spread,
                 },
                 &data,
@@ -314,11 +314,19 @@ struct Outputs {
     export_workload: Option<PathBuf>,
 }
 
-/// SHA-256 of this executable, for the Result (absent if it cannot be read).
-fn binary_sha256() -> Option<String> {
-    use sha2::{Digest, Sha256};
-    let bytes = std::fs::read(std::env::current_exe().ok()?).ok()?;
-    Some(Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect())
+/// This binary's provenance, as `build.rs` recorded it at compile time.
+fn build_record() -> blis_contracts::BuildRecord {
+    let commit = env!("BLIS_BUILD_COMMIT");
+    blis_contracts::BuildRecord {
+        commit: (!commit.is_empty()).then(|| commit.to_owned()),
+        profile: env!("BLIS_BUILD_PROFILE").to_owned(),
+        rustc: env!("BLIS_BUILD_RUSTC").to_owned(),
+        crates: env!("BLIS_BUILD_CRATES")
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(name, version)| (name.to_owned(), version.to_owned()))
+            .collect(),
+    }
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -596,7 +604,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         export_workload: false,
         replications: inputs.replications,
         threads: None,
-        binary_sha256: None,
+        build: None,
         coefficient_spread: false,
     };
     let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {

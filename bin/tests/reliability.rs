@@ -157,3 +157,20 @@ fn causes_name_what_is_wrong() {
     let (_dir, path) = variant("threads", "requests: 50", "requests: 50");
     refused(&path, &["--threads", "0"], &["--threads = 0"]);
 }
+
+#[test]
+fn the_result_records_build_provenance_not_a_hash_of_the_binary() {
+    let (dir, path) = variant("provenance", "requests: 50", "requests: 10");
+    let out = dir.join("out");
+    let output = blis_actor(&["run", path.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert!(result["data"].get("binary_sha256").is_none(), "{}", result["data"]);
+    let build = &result["build"];
+    assert!(matches!(build["profile"].as_str(), Some("debug" | "release")), "{build}");
+    assert!(build["rustc"].as_str().is_some_and(|r| r.starts_with("rustc ")), "{build}");
+    for name in ["libm", "rand_chacha", "serde_json", "serde_norway", "sha2"] {
+        assert!(build["crates"][name].as_str().is_some_and(|v| !v.is_empty()), "{name}: {build}");
+    }
+}

@@ -24,8 +24,12 @@ pub struct RunResult {
     pub engines: Vec<EngineIdentity>,
     /// The scenario as given and as resolved.
     pub scenario: ScenarioRecord,
-    /// Content hashes of the cost model's data.
+    /// Content hashes of the cost model's data and the workload files.
     pub data: DataRecord,
+    /// The build that ran, recorded when it was compiled (absent when run as a library); outside
+    /// the comparable part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildRecord>,
     /// How much of the priced time each rank of coefficient priced.
     pub pricing: PricingRecord,
     /// The experimental frame.
@@ -175,9 +179,23 @@ pub struct DataRecord {
     /// Every workload file the clients read (replays and profiles), by the path the scenario gives.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_files: Vec<FileHash>,
-    /// The `blis-actor` binary that ran (absent when run as a library).
+}
+
+/// Where the running binary came from, as recorded when it was built: two builds of one commit
+/// with one profile and compiler write the same record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildRecord {
+    /// The commit it was built from, `-dirty` when tracked files differed (absent when the
+    /// build could not tell, e.g. without git).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub binary_sha256: Option<String>,
+    pub commit: Option<String>,
+    /// The Cargo profile (`release`, `debug`).
+    pub profile: String,
+    /// The compiler's `--version` line.
+    pub rustc: String,
+    /// Versions of the crates whose behaviour reaches the outputs (math, random streams, seeds,
+    /// parser, JSON writer), by name.
+    pub crates: BTreeMap<String, String>,
 }
 
 /// A file and its content hash.
