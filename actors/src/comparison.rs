@@ -2,7 +2,7 @@
 //! the same seeds, so every replication of B is paired with its twin of A, and each metric is
 //! judged better, worse or not distinguished from the paired differences.
 
-use blis_contracts::{FieldError, Scenario, metric};
+use blis_contracts::{Better, FieldError, Scenario, metric};
 use blis_costmodel::CostData;
 
 use crate::figures::scalars;
@@ -19,8 +19,11 @@ pub struct MetricComparison {
     pub a: f64,
     /// Mean over B's replications.
     pub b: f64,
-    /// B − A with its interval, and the verdict for B.
+    /// B − A with its interval, and the verdict for B (for a metric better in neither
+    /// direction, `Better` means B is lower and `Worse` that it is higher).
     pub comparison: Comparison,
+    /// Which direction the metric registry calls better.
+    pub better: Better,
 }
 
 /// Run `a` and `b` (scenario texts) on the same seed and replications — A's seed and frame
@@ -63,13 +66,22 @@ pub fn compare_configs(
             |all: &[Vec<(String, Option<f64>)>]| all.iter().map(|r| r[k].1).collect::<Option<Vec<f64>>>();
         let (Some(xs), Some(ys)) = (series(&values_a), series(&values_b)) else { continue };
         let id = name.split('.').next().unwrap_or(name);
-        let direction = match metric(id).map(|m| m.lower_is_better) {
-            Some(false) => Direction::HigherIsBetter,
-            _ => Direction::LowerIsBetter,
+        let better = metric(id).map_or(Better::Lower, |m| m.better);
+        // A descriptive metric is judged as if lower were better; the verdict then reads as
+        // lower or higher (see MetricComparison::better).
+        let direction = match better {
+            Better::Higher => Direction::HigherIsBetter,
+            Better::Lower | Better::Neither => Direction::LowerIsBetter,
         };
         let Ok(comparison) = compare_paired(&xs, &ys, direction, DEFAULT_LEVEL) else { continue };
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        comparisons.push(MetricComparison { name: name.clone(), a: mean(&xs), b: mean(&ys), comparison });
+        comparisons.push(MetricComparison {
+            name: name.clone(),
+            a: mean(&xs),
+            b: mean(&ys),
+            comparison,
+            better,
+        });
     }
     Ok((output_a, output_b, comparisons))
 }

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use blis_contracts::{
-    Arrival, BuildRecord, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS, PricingRecord,
-    RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario, ScenarioRecord,
-    SpreadRecord, StopRule, WarmUpRecord, bounds,
+    Arrival, BuildRecord, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS,
+    PricingRecord, RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario,
+    ScenarioRecord, SpreadRecord, StopRule, WarmUpRecord, bounds,
 };
 use blis_costmodel::CostData;
 use blis_kernel::{HostKind, KernelError, Observer, SimTime};

@@ -5,7 +5,7 @@
 
 use blis_actors::stats::compare::Verdict;
 use blis_actors::{RunOptions, RunOutput, compare_configs, run};
-use blis_contracts::RunKind;
+use blis_contracts::{Better, RunKind};
 use blis_costmodel::CostData;
 
 fn scenario(frame: &str, horizon: &str, replicas: u32, rate: f64, requests: u64) -> String {
@@ -135,6 +135,11 @@ fn two_configurations_are_judged_on_paired_replications() {
     let verdict = |name: &str| scaled.iter().find(|c| c.name == name).unwrap().comparison.verdict;
     assert_eq!(verdict("ttft_ms.mean"), Verdict::Better, "a second instance cuts the queueing");
     assert_eq!(verdict("e2e_ms.p99"), Verdict::Better);
+    // Two instances share the load, so each holds less KV: lower, which is neither better nor
+    // worse (the registry says so).
+    let kv = scaled.iter().find(|c| c.name == "kv_utilisation").unwrap();
+    assert_eq!(kv.better, Better::Neither);
+    assert!(kv.b < kv.a, "{kv:?}");
 }
 
 /// One H100 pool serving Llama-3.1-8B with the client `client` (YAML lines under `clients:`).

@@ -40,14 +40,14 @@ pub fn render(output: &RunOutput) -> String {
         let value = |name: &str| r.estimates.get(name).map(|e| with_interval(e, 1));
         let _ = writeln!(
             s,
-            "throughput: {} output tokens/s, {} requests/s; makespan {} s; {} engine steps (replication 0)",
+            "throughput: {} output tokens/s, {} completed calls/s; makespan {} s; {} engine steps (replication 0)",
             value("output_tokens_per_s").unwrap_or_default(),
             value("requests_per_s").unwrap_or_default(),
             value("makespan_s").unwrap_or_default(),
             r.simulation.engine_steps
         );
         if let Some(goodput) = value("goodput_requests_per_s") {
-            let _ = writeln!(s, "goodput: {goodput} requests/s meeting the SLOs");
+            let _ = writeln!(s, "goodput: {goodput} completed calls/s meeting the SLOs");
         }
         if let Some(rate) = r.estimates.get("prefix_cache_hit_rate") {
             let _ = writeln!(s, "prefix cache: {} of prompt tokens hit", percent(rate));

@@ -33,7 +33,7 @@ pub use frame::{
     Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp,
     WarmUpRecord,
 };
-pub use metric::{METRICS, MetricDefinition, metric};
+pub use metric::{Better, METRICS, MetricDefinition, metric};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};

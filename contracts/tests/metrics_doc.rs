@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use blis_contracts::METRICS;
+use blis_contracts::{Better, METRICS};
 
 fn render() -> String {
     let mut out = String::from(
@@ -35,7 +35,11 @@ fn render() -> String {
             m.population,
             m.window,
             m.unit,
-            if m.lower_is_better { "lower" } else { "higher" }
+            match m.better {
+                Better::Lower => "lower",
+                Better::Higher => "higher",
+                Better::Neither => "neither (descriptive; a comparison says higher or lower)",
+            }
         );
     }
     out
