@@ -174,3 +174,28 @@ fn the_result_records_build_provenance_not_a_hash_of_the_binary() {
         assert!(build["crates"][name].as_str().is_some_and(|v| !v.is_empty()), "{name}: {build}");
     }
 }
+
+#[test]
+fn a_run_where_every_call_is_dropped_reports_no_latency_and_says_why() {
+    let (dir, path) = variant(
+        "all-dropped",
+        "input_tokens: { dist: uniform, min: 50, max: 500 }",
+        "input_tokens: { dist: constant, value: 20000 }",
+    );
+    let text = std::fs::read_to_string(&path).unwrap().replace("args: {}", "args: { max_model_len: 8192 }");
+    std::fs::write(&path, text).unwrap();
+    let out = dir.join("out");
+    let output = blis_actor(&["run", path.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("50 calls = 0 completed + 50 dropped"), "{stdout}");
+    assert!(stdout.contains("dropped (replication 0): 50 exceeds_max_model_len"), "{stdout}");
+    assert!(stdout.contains("no call completed"), "{stdout}");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    for id in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "normalized_e2e_ms", "request_e2e_ms"] {
+        assert!(result["metrics"][id].is_null(), "{id}: {}", result["metrics"][id]);
+        assert!(result["replications"][0]["metrics"][id].is_null(), "{id}");
+        assert!(result["estimates"].get(format!("{id}.mean")).is_none(), "{id}");
+    }
+}
