@@ -2,11 +2,13 @@
 //! the same seeds, so every replication of B is paired with its twin of A, and each metric is
 //! judged better, worse or not distinguished from the paired differences.
 
+use std::path::PathBuf;
+
 use blis_contracts::{Better, FieldError, Scenario, metric};
 use blis_costmodel::CostData;
 
 use crate::figures::scalars;
-use crate::run::{RunError, RunOptions, RunOutput, run_observed};
+use crate::run::{Progress, RunError, RunOptions, RunOutput, run_observed};
 use crate::stats::compare::{Comparison, Direction, compare_paired};
 use crate::stats::interval::DEFAULT_LEVEL;
 
@@ -26,15 +28,26 @@ pub struct MetricComparison {
     pub better: Better,
 }
 
-/// Run `a` and `b` (scenario texts) on the same seed and replications — A's seed and frame
-/// unless `options` overrides them — and compare every metric both report in every replication.
+/// One side of a comparison: a scenario text and the folder its files are named from.
+#[derive(Clone, Debug)]
+pub struct Configuration<'a> {
+    /// The scenario text.
+    pub text: &'a str,
+    /// Where its workload files are (default: the working directory).
+    pub base_dir: Option<PathBuf>,
+}
+
+/// Run `a` and `b` on the same seed and replications — A's seed and frame unless `options`
+/// overrides them — each reading its files from its own folder, and compare every metric both
+/// report in every replication; `progress` hears each side's progress (`"A"` or `"B"`).
 pub fn compare_configs(
-    a: &str,
-    b: &str,
+    a: &Configuration<'_>,
+    b: &Configuration<'_>,
     options: &RunOptions,
     data: &CostData,
+    progress: &mut dyn FnMut(&str, Progress),
 ) -> Result<(RunOutput, RunOutput, Vec<MetricComparison>), RunError> {
-    let scenario_a = Scenario::parse(a).map_err(|e| RunError::Input(e.within("A")))?;
+    let scenario_a = Scenario::parse(a.text).map_err(|e| RunError::Input(e.within("A")))?;
     let options = RunOptions {
         seed: options.seed.or(scenario_a.seed),
         replications: Some(options.replications.unwrap_or_else(|| scenario_a.frame.replications())),
@@ -47,15 +60,17 @@ pub fn compare_configs(
             "a comparison needs at least 2 paired replications to judge a difference",
         )));
     }
-    let run = |text: &str, side: &str| {
-        run_observed(text, options.clone(), data, Vec::new(), &mut |_| {}).map(|(output, _)| output).map_err(
-            |e| match e {
+    let mut run = |config: &Configuration<'_>, side: &str| {
+        let options = RunOptions { base_dir: config.base_dir.clone(), ..options.clone() };
+        run_observed(config.text, options, data, Vec::new(), &mut |p| progress(side, p))
+            .map(|(output, _)| output)
+            .map_err(|e| match e {
                 RunError::Input(e) => RunError::Input(e.within(side)),
                 other => other,
-            },
-        )
+            })
     };
-    let (output_a, output_b) = (run(a, "A")?, run(b, "B")?);
+    let output_a = run(a, "A")?;
+    let output_b = run(b, "B")?;
     let values = |output: &RunOutput| -> Vec<Vec<(String, Option<f64>)>> {
         output.result.replications.iter().map(|r| scalars(&r.metrics)).collect()
     };

@@ -4,7 +4,7 @@
 //! of two configurations on common random numbers.
 
 use blis_actors::stats::compare::Verdict;
-use blis_actors::{RunOptions, RunOutput, compare_configs, run};
+use blis_actors::{Configuration, RunOptions, RunOutput, compare_configs, run};
 use blis_contracts::{Better, RunKind};
 use blis_costmodel::CostData;
 
@@ -129,9 +129,12 @@ fn two_configurations_are_judged_on_paired_replications() {
     let two = scenario("replications: 4", "", 2, 5.0, 150);
     let options = RunOptions { threads: Some(2), ..RunOptions::default() };
     let data = CostData::embedded();
-    let (_, _, same) = compare_configs(&one, &one, &options, &data).unwrap();
+    fn side(text: &str) -> Configuration<'_> {
+        Configuration { text, base_dir: None }
+    }
+    let (_, _, same) = compare_configs(&side(&one), &side(&one), &options, &data, &mut |_, _| {}).unwrap();
     assert!(same.iter().all(|c| c.comparison.verdict == Verdict::NotDistinguished));
-    let (_, _, scaled) = compare_configs(&one, &two, &options, &data).unwrap();
+    let (_, _, scaled) = compare_configs(&side(&one), &side(&two), &options, &data, &mut |_, _| {}).unwrap();
     let verdict = |name: &str| scaled.iter().find(|c| c.name == name).unwrap().comparison.verdict;
     assert_eq!(verdict("ttft_ms.mean"), Verdict::Better, "a second instance cuts the queueing");
     assert_eq!(verdict("e2e_ms.p99"), Verdict::Better);

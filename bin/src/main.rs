@@ -8,6 +8,7 @@ mod compare;
 mod fit;
 mod listing;
 mod logging;
+mod progress;
 mod replay;
 mod summary;
 mod trace;
@@ -23,7 +24,6 @@ use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
 use blis_kernel::{HostKind, Observer, SimTime};
 use clap::{Parser, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// The default scenario, compiled in.
 const DEFAULT_SCENARIO: &str = include_str!("../../fixtures/scenarios/default.yaml");
@@ -374,6 +374,7 @@ fn run(
             replications: options.replications,
             catalog_sha256: data.catalog_sha256.clone(),
             registry_sha256: data.registry_sha256.clone(),
+            files: replay::carry(&text, &options.base_dir.clone().unwrap_or_default()),
         };
         match File::create(path) {
             Ok(file) => observers.push(Box::new(MessageLog::new(BufWriter::new(file), &inputs.to_text()))),
@@ -437,53 +438,10 @@ fn run_with_progress(
     observers: Observers,
     quiet: bool,
 ) -> Result<(RunOutput, Observers), RunError> {
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} requests answered, {msg} simulated, {elapsed} wall",
-        )
-        .expect("the progress template is valid"),
-    );
-    let mut shown = WallTicker::new();
-    let outcome = run_observed(text, options, data, observers, &mut |p: Progress| {
-        if quiet || !shown.due() {
-            return;
-        }
-        bar.set_length(p.total);
-        bar.set_position(p.answered);
-        bar.set_message(format!("{:.1} s", p.simulated.as_secs_f64()));
-    });
-    bar.finish_and_clear();
+    let mut reporter = progress::Reporter::new(quiet);
+    let outcome = run_observed(text, options, data, observers, &mut |p: Progress| reporter.update("run", p));
+    reporter.finish();
     outcome
-}
-
-/// Says when a progress display is due again: every [`WallTicker::EVERY`] of wall time.
-///
-/// The one wall-clock exception of the project (clippy.toml): it only paces what a person sees
-/// on stderr and never reaches a decision or an output file.
-pub(crate) struct WallTicker {
-    last: Option<std::time::Instant>,
-}
-
-impl WallTicker {
-    /// Wall time between two displays.
-    const EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-    /// A ticker due at once.
-    pub(crate) fn new() -> WallTicker {
-        WallTicker { last: None }
-    }
-
-    /// Whether a display is due now; if so, the next is due [`WallTicker::EVERY`] later.
-    #[allow(clippy::disallowed_methods, reason = "wall time paces the progress display only")]
-    pub(crate) fn due(&mut self) -> bool {
-        let now = std::time::Instant::now();
-        if self.last.is_some_and(|last| now.duration_since(last) < WallTicker::EVERY) {
-            return false;
-        }
-        self.last = Some(now);
-        true
-    }
 }
 
 fn write_outputs(output: &RunOutput, out: &Path) -> std::io::Result<()> {
@@ -516,8 +474,15 @@ fn compare_configs(a: &Path, b: &Path, options: RunOptions, data: &CostData) -> 
         (Ok(text_a), Ok(text_b)) => (text_a, text_b),
         (Err(message), _) | (_, Err(message)) => return fail(2, message),
     };
-    let options = RunOptions { base_dir: a.parent().map(Path::to_path_buf), ..options };
-    match blis_actors::compare_configs(&text_a, &text_b, &options, data) {
+    // Each scenario's files are found next to it.
+    let side_a = blis_actors::Configuration { text: &text_a, base_dir: a.parent().map(Path::to_path_buf) };
+    let side_b = blis_actors::Configuration { text: &text_b, base_dir: b.parent().map(Path::to_path_buf) };
+    let mut reporter = progress::Reporter::new(false);
+    let outcome = blis_actors::compare_configs(&side_a, &side_b, &options, data, &mut |side, p| {
+        reporter.update(side, p)
+    });
+    reporter.finish();
+    match outcome {
         Ok((output_a, _, comparisons)) => {
             let replications = output_a.result.replications.len();
             print!(
@@ -594,20 +559,34 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
             ),
         );
     }
+    // The re-run reads the workload files the recording carries, laid out in a folder of its
+    // own; a recording without files reads them beside itself.
+    let carried = std::env::temp_dir().join(format!("blis-actor-replay-{}", std::process::id()));
+    let base_dir = if inputs.files.is_empty() {
+        file.parent().map(Path::to_path_buf)
+    } else {
+        if let Err(message) = replay::materialise(&inputs.files, &carried) {
+            let _ = std::fs::remove_dir_all(&carried);
+            return fail(2, format_args!("{}: {message}", file.display()));
+        }
+        Some(carried.clone())
+    };
     let recorded_count = recorded.deliveries.len();
     let check: Box<dyn Observer<ClusterMessage>> =
         Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries));
     let options = RunOptions {
         seed: inputs.seed,
         host,
-        base_dir: file.parent().map(Path::to_path_buf),
+        base_dir,
         export_workload: false,
         replications: inputs.replications,
         threads: None,
         build: None,
         coefficient_spread: false,
     };
-    let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
+    let outcome = run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {});
+    let _ = std::fs::remove_dir_all(&carried);
+    let (output, observers) = match outcome {
         Ok(done) => done,
         Err(error) => {
             return fail(1, format_args!("{}: the recorded run does not run: {error}", file.display()));

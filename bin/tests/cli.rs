@@ -249,6 +249,11 @@ fn validate_real_prints_every_stage_and_metric_with_its_signed_error() {
     );
     let output = blis_actor(&["validate-real", &dir, "--replications", "2", "--stage-cap-s", "20"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // Not a terminal: progress comes as lines on stderr, one at least per replication.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for replication in ["replication 1/2: ", "replication 2/2: "] {
+        assert!(stderr.lines().any(|l| l.contains(replication) && l.contains("calls answered")), "{stderr}");
+    }
     let stdout = String::from_utf8(output.stdout).unwrap();
     let metrics = [
         "ttft_mean",

@@ -199,3 +199,73 @@ fn a_run_where_every_call_is_dropped_reports_no_latency_and_says_why() {
         assert!(result["estimates"].get(format!("{id}.mean")).is_none(), "{id}");
     }
 }
+
+/// A scenario replaying `file` (a Mooncake trace) on one H100, with `replicas` instances.
+fn replaying(file: &str, replicas: u32) -> String {
+    small()
+        .replace("replicas: 1", &format!("replicas: {replicas}"))
+        .split("workload:")
+        .next()
+        .unwrap()
+        .to_owned()
+        + &format!(
+            "workload:\n  replays:\n    - {{ name: trace, path: {file}, format: mooncake }}\nframe: {{ replications: 2 }}\n"
+        )
+}
+
+fn mooncake() -> String {
+    std::fs::read_to_string(format!("{}/../fixtures/workloads/mooncake.jsonl", env!("CARGO_MANIFEST_DIR")))
+        .unwrap()
+}
+
+#[test]
+fn compare_configs_reads_each_scenarios_files_from_its_own_folder() {
+    let root = scratch("compare-folders");
+    let (a, b) = (root.join("a"), root.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    // Only B's folder has B's trace, under a name A's folder does not have.
+    std::fs::write(a.join("a.jsonl"), mooncake()).unwrap();
+    std::fs::write(b.join("b.jsonl"), mooncake()).unwrap();
+    std::fs::write(a.join("scenario.yaml"), replaying("a.jsonl", 1)).unwrap();
+    std::fs::write(b.join("scenario.yaml"), replaying("b.jsonl", 2)).unwrap();
+    let output = blis_actor(&[
+        "compare-configs",
+        a.join("scenario.yaml").to_str().unwrap(),
+        b.join("scenario.yaml").to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ttft_ms.mean"));
+}
+
+#[test]
+fn a_recording_of_a_replaying_run_replays_elsewhere() {
+    let root = scratch("carried");
+    let (made, moved) = (root.join("made"), root.join("moved"));
+    std::fs::create_dir_all(&made).unwrap();
+    std::fs::create_dir_all(&moved).unwrap();
+    std::fs::write(made.join("trace.jsonl"), mooncake()).unwrap();
+    std::fs::write(made.join("scenario.yaml"), replaying("trace.jsonl", 1)).unwrap();
+    let record = made.join("run.log");
+    let output = blis_actor(&[
+        "run",
+        made.join("scenario.yaml").to_str().unwrap(),
+        "--quiet",
+        "--out",
+        made.join("out").to_str().unwrap(),
+        "--record",
+        record.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // The recording alone, in a folder without the trace.
+    std::fs::rename(&record, moved.join("run.log")).unwrap();
+    std::fs::remove_dir_all(&made).unwrap();
+    let replay = blis_actor(&["replay", moved.join("run.log").to_str().unwrap()]);
+    assert!(
+        replay.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&replay.stdout),
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    assert!(String::from_utf8_lossy(&replay.stdout).contains("replay matched all"));
+}
