@@ -269,3 +269,15 @@ fn a_recording_of_a_replaying_run_replays_elsewhere() {
     );
     assert!(String::from_utf8_lossy(&replay.stdout).contains("replay matched all"));
 }
+
+#[test]
+fn a_bad_value_in_an_arrival_or_a_distribution_is_reported_at_its_own_line() {
+    let (_dir, path) = variant("line-arrival", "rate_per_s: 5 }", "rate_per_s: x }");
+    refused(&path, &[], &["workload.clients[0].arrival.rate_per_s:", "at line 17 column 48"]);
+    let (_dir, path) = variant(
+        "line-dist",
+        "input_tokens: { dist: uniform, min: 50, max: 500 }",
+        "input_tokens:\n        dist: uniform\n        min: 50\n        max: -5",
+    );
+    refused(&path, &[], &["workload.clients[0].input_tokens.max:", "`-5`", "at line 21 column 14"]);
+}
