@@ -31,6 +31,13 @@ pub const MAX_REPLICATIONS: u32 = 1_000;
 /// turns has `2n − 1` nodes.
 pub const MAX_TURNS: u32 = 32_768;
 
+/// Most nodes in one request of a workload file: a call's key holds its node in 16 bits.
+pub const MAX_NODES: usize = 65_535;
+
+/// Most tokens in one call's prompt or output in a workload file (2²⁴): beyond the context of
+/// any model in the catalog, and 64 MiB of token ids.
+pub const MAX_CALL_TOKENS: u64 = 1 << 24;
+
 /// Most engine instances in one cluster: each holds its own KV block tables and prefix index.
 pub const MAX_INSTANCES: u32 = 4_096;
 
