@@ -237,9 +237,7 @@ pub fn simulate(
     data: &CostData,
     progress: &mut dyn FnMut(u32, Progress),
 ) -> Result<Vec<Vec<StageFigures>>, RunError> {
-    if replications == 0 {
-        return Err(RunError::Input(FieldError::new("--replications", 0, "must be at least 1")));
-    }
+    blis_contracts::bounds::check_replications("--replications", replications).map_err(RunError::Input)?;
     if let Some(cap) = stage_cap_s.filter(|c| !(c.is_finite() && *c > 0.0)) {
         return Err(RunError::Input(FieldError::new(
             "--stage-cap-s",

@@ -1,10 +1,13 @@
 //! Whether a run is overloaded: its backlog keeps growing instead of settling.
 //!
 //! An overloaded system has no steady state, so its "steady-state" means are artefacts of the
-//! run length; this check belongs before any interval is reported. The input is a backlog (for
-//! instance outstanding requests) sampled over simulated time as `(time, backlog)` pairs, time
-//! strictly increasing, covering only the period in which load is offered (a final drain after
-//! arrivals stop would hide growth).
+//! run length; this check belongs before any interval is reported. The input is a backlog (the
+//! Result uses calls waiting for their first token) sampled over simulated time as
+//! `(time, backlog)` pairs, time strictly increasing, covering only the period in which load is
+//! offered (a final drain after arrivals stop would hide growth). Beside the growth rule below, a
+//! run is overloaded when its clients abandon at least [`ABANDONED_SHARE`] of the calls (client
+//! timeouts cap a backlog), and [`OverloadWatch`] is the stop rule that ends a run judged
+//! overloaded once its backlog reaches [`STOP_BACKLOG`]; `docs/RELIABILITY.md` states all three.
 //!
 //! # The rule
 //!
