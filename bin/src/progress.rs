@@ -85,15 +85,6 @@ impl Reporter {
         }
     }
 
-    /// Say that `label` is starting (a line when not on a terminal).
-    pub fn start(&mut self, label: &str) {
-        match &self.display {
-            Display::Bar(bar) => bar.set_prefix(label.to_owned()),
-            Display::Lines => eprintln!("{label}: running"),
-            Display::Nothing => {}
-        }
-    }
-
     /// Clear the bar.
     pub fn finish(self) {
         if let Display::Bar(bar) = self.display {

@@ -36,7 +36,6 @@ pub fn validate(
         } else {
             data
         };
-        reporter.start(&experiment.name);
         let simulated = simulate(&experiment, replications, stage_cap_s, data, &mut |r, p| {
             reporter.update(&format!("{} replication {}/{replications}", experiment.name, r + 1), p);
         })
