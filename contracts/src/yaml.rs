@@ -55,10 +55,16 @@ fn relocated(text: &str, refusal: FieldError) -> FieldError {
     let lines: Vec<&str> = text.lines().collect();
     let indent = |l: &str| l.len() - l.trim_start().len();
     let bare = |l: &str| l.trim_start().trim_start_matches("- ").trim_start().to_owned();
-    // The section's key line, at or after the reported line.
-    let Some(start) =
-        (line.saturating_sub(1)..lines.len()).find(|&i| bare(lines[i]).starts_with(&format!("{key}:")))
-    else {
+    // Only a location at a list item's start can be the enclosing item's; the section's key line
+    // is then searched within that item.
+    let origin = line.saturating_sub(1);
+    if !lines.get(origin).is_some_and(|l| l.trim_start().starts_with("- ")) {
+        return refusal;
+    }
+    let item_end = (origin + 1..lines.len())
+        .find(|&i| !lines[i].trim().is_empty() && indent(lines[i]) <= indent(lines[origin]))
+        .unwrap_or(lines.len());
+    let Some(start) = (origin..item_end).find(|&i| bare(lines[i]).starts_with(&format!("{key}:"))) else {
         return refusal;
     };
     let depth = indent(lines[start]);
@@ -72,13 +78,13 @@ fn relocated(text: &str, refusal: FieldError) -> FieldError {
         })
     });
     match found {
-        Some((i, field, column)) => FieldError::at(
+        Some((i, field, column)) if field != key => FieldError::at(
             format!("{}.{field}", refusal.path),
             format!("{message} at line {} column {}", i + 1, column + 1),
         ),
         // Already at the right line: nothing to move.
-        None if start + 1 == line => refusal,
-        None => FieldError::at(
+        _ if start + 1 == line => refusal,
+        _ => FieldError::at(
             refusal.path,
             format!("{message} at line {} column {}", start + 1, indent(lines[start]) + 1),
         ),
@@ -171,6 +177,15 @@ mod tests {
     #[allow(dead_code)]
     enum Length {
         Uniform { min: u32, max: u32 },
+    }
+
+    #[test]
+    fn a_precise_location_is_kept() {
+        // Outside a tagged section the parser's location is the value's own, and stays.
+        let doc = "items:\n  - name: a\n    length: { dist: uniform, min: 1, max: 2 }\n    max: 3\n";
+        let e = from_str::<Tagged>(doc).unwrap_err();
+        assert_eq!(e.path, "items[0].max", "{e}");
+        assert!(e.cause.contains("at line 4"), "{e}");
     }
 
     #[test]
