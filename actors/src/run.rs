@@ -310,9 +310,14 @@ fn check_held(scenario: &Scenario, replications: u32, from_flag: bool) -> Result
     let held = per_replication.saturating_mul(u64::from(replications));
     if held > bounds::MAX_TOKEN_LATENCIES {
         let path = if from_flag { "--replications" } else { "frame.replications" };
+        let shown = if from_flag || scenario.frame.replications.is_some() {
+            replications.to_string()
+        } else {
+            format!("{replications} (the default)")
+        };
         return Err(FieldError::new(
             path,
-            replications,
+            shown,
             format!(
                 "{replications} replications of up to {per_replication} output tokens each would hold {held} per-token latencies; a run holds at most {} (8 GiB)",
                 bounds::MAX_TOKEN_LATENCIES

@@ -281,3 +281,16 @@ fn a_bad_value_in_an_arrival_or_a_distribution_is_reported_at_its_own_line() {
     );
     refused(&path, &[], &["workload.clients[0].input_tokens.max:", "`-5`", "at line 21 column 14"]);
 }
+
+#[test]
+fn replications_whose_latencies_memory_cannot_hold_are_refused() {
+    // 2·10⁶ calls of up to 1000 output tokens: 2·10⁹ per-token latencies in one replication.
+    let (_dir, path) = variant("held", "requests: 50", "requests: 2000000");
+    let text = std::fs::read_to_string(&path).unwrap().replace("min: 10, max: 100", "min: 10, max: 1000");
+    std::fs::write(&path, text).unwrap();
+    refused(&path, &[], &["workload.clients", "per-token latencies"]);
+    // 4·10⁵ such calls fit one replication, not five.
+    let text = std::fs::read_to_string(&path).unwrap().replace("requests: 2000000", "requests: 400000");
+    std::fs::write(&path, text).unwrap();
+    refused(&path, &[], &["frame.replications = 5 (the default)", "at most 1073741824"]);
+}
