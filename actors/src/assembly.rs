@@ -58,6 +58,47 @@ pub struct AssemblyOptions {
     pub keep_released: bool,
 }
 
+/// Refuse synthetic token counts no pool could serve at any setting: a prompt (with its shared
+/// prefix) or an output longer than the largest `max_model_len` any pool allows (its model's
+/// `max_position_embeddings`) would be materialised only to be dropped, and at billions of
+/// tokens would exhaust memory first. Lengths between a pool's configured `max_model_len` and
+/// that bound run, and are dropped as too long, as vLLM drops them.
+fn check_lengths(scenario: &Scenario, longest: u32) -> Result<(), FieldError> {
+    let bound = |path: String, tokens: u64, what: &str| {
+        if tokens > u64::from(longest) {
+            Err(FieldError::new(
+                path,
+                tokens,
+                format!(
+                    "{what} longer than the largest max_model_len any pool allows ({longest} tokens, its model's max_position_embeddings) could never be served"
+                ),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    for (i, client) in scenario.workload.clients.iter().enumerate() {
+        let path = format!("workload.clients[{i}]");
+        let prefix = client.shared_prefix.map_or(0, |p| u64::from(p.tokens));
+        if let Some(p) = client.shared_prefix {
+            bound(format!("{path}.shared_prefix.tokens"), u64::from(p.tokens), "a shared prefix")?;
+        }
+        let input = u64::from(client.input_tokens.max());
+        if prefix > 0 && prefix + input > u64::from(longest) && input <= u64::from(longest) {
+            return Err(FieldError::new(
+                format!("{path}.input_tokens"),
+                format!("up to {input} (after a {prefix}-token shared prefix)"),
+                format!(
+                    "a prompt longer than the largest max_model_len any pool allows ({longest} tokens, its model's max_position_embeddings) could never be served"
+                ),
+            ));
+        }
+        bound(format!("{path}.input_tokens"), input, "a prompt")?;
+        bound(format!("{path}.output_tokens"), u64::from(client.output_tokens.max()), "an output")?;
+    }
+    Ok(())
+}
+
 /// Turn `scenario` into actors seeded with `seed`.
 pub fn assemble(
     scenario: &Scenario,
@@ -95,6 +136,13 @@ pub fn assemble(
             chip,
         });
     }
+
+    let longest = pools
+        .iter()
+        .map(|p| p.plan.pool.model.max_position_embeddings)
+        .max()
+        .expect("a validated scenario has pools");
+    check_lengths(scenario, longest)?;
 
     let mut assembly = Assembly::new();
     let declare = |assembly: &mut Assembly<ClusterMessage>, name: String| {

@@ -245,7 +245,9 @@ fn objective(
     let simulated: Vec<Result<Vec<Vec<StageFigures>>, RunError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = experiments
             .iter()
-            .map(|experiment| scope.spawn(|| simulate(experiment, 1, Some(options.stage_cap_s), &data)))
+            .map(|experiment| {
+                scope.spawn(|| simulate(experiment, 1, Some(options.stage_cap_s), &data, &mut |_, _| {}))
+            })
             .collect();
         handles.into_iter().map(|h| h.join().expect("a simulation thread does not panic")).collect()
     });

@@ -354,7 +354,7 @@ impl Client {
         request.nodes[i] = NodeState::Running;
         match request.spec.nodes[i].kind.clone() {
             NodeKind::Tool(duration_us) | NodeKind::Interval(duration_us) => {
-                self.schedule(now_us + duration_us, Timer::NodeEnds { live, node: i });
+                self.schedule(now_us.saturating_add(duration_us), Timer::NodeEnds { live, node: i });
             }
             NodeKind::Llm(call) => self.send(live, i, &call, now_us, out),
         }
@@ -432,7 +432,7 @@ impl Client {
         record.input_tokens = prompt.len() as u32;
         self.outstanding += 1;
         if let Some(timeout_us) = call.timeout_us {
-            self.schedule(now_us + timeout_us, Timer::Timeout { call: index });
+            self.schedule(now_us.saturating_add(timeout_us), Timer::Timeout { call: index });
         }
         if let Some(notes) = out.notes() {
             notes
@@ -504,7 +504,7 @@ impl Client {
         match self.pacing {
             Pacing::Closed { think_time_s, .. } => {
                 let think = think_time_s.map_or(0, |d| draw_duration_us(&d, &mut self.think_times));
-                self.schedule(now_us + think, Timer::Release);
+                self.schedule(now_us.saturating_add(think), Timer::Release);
             }
             Pacing::StagesAfterCompletion { .. } => {
                 let stage_done = !self.live.values().any(|r| r.stage == request.stage);

@@ -16,7 +16,7 @@ use crate::replication::ReplicationRun;
 use crate::stats::batch_means::{DEFAULT_BATCHES, batch_means};
 use crate::stats::histogram::LatencyHistogram;
 use crate::stats::interval::{DEFAULT_LEVEL, estimate};
-use crate::stats::overload::assess_overload;
+use crate::stats::overload::{ABANDONED_SHARE, assess_overload};
 use crate::stats::warmup::mser5;
 
 /// Backlog samples taken over the offered load for the overload assessment.
@@ -26,7 +26,7 @@ const BACKLOG_SAMPLES: usize = 200;
 pub fn replication_record(run: &ReplicationRun, frame: &FrameSpec) -> ReplicationRecord {
     let warm_up_before_us = warm_up_end(&run.calls, frame.warm_up());
     let window: Vec<&CallRecord> = run.calls.iter().filter(|c| c.arrival_us >= warm_up_before_us).collect();
-    let overload = overload(&run.calls, run.last_arrival_us);
+    let overload = overload(&run.calls, run.last_arrival_us, run.stopped_overloaded_us);
     let withhold = overload.overloaded && !frame.acceptance.allow_overload;
     let metrics = metrics(&window, &run.calls, &run.instances, frame.slo.as_ref(), withhold);
     ReplicationRecord {
@@ -59,14 +59,18 @@ fn warm_up_end(calls: &[CallRecord], method: WarmUp) -> u64 {
     }
 }
 
-/// Outstanding calls over the offered load (until the last arrival), and whether they keep
-/// growing.
-fn overload(calls: &[CallRecord], last_arrival_us: u64) -> OverloadRecord {
+/// Whether the run is overloaded, by the rule of `docs/METRICS.md`: the calls waiting for their
+/// first token over the offered load (until the last arrival) keep growing, or the clients
+/// abandon at least as many calls as the cluster serves, or the stop rule stopped the run.
+fn overload(calls: &[CallRecord], last_arrival_us: u64, stopped_us: Option<u64>) -> OverloadRecord {
+    // A call waits from when it is sent until its first token reaches the client, or until it
+    // is refused or abandoned; one unanswered at the end waits to the end.
     let mut events: Vec<(u64, i64)> = Vec::with_capacity(2 * calls.len());
     for call in calls.iter().filter(|c| c.fate != Fate::NotStarted) {
         events.push((call.arrival_us, 1));
-        if let Some(settled) = call.settled_us {
-            events.push((settled, -1));
+        let served = call.ttft_us().map(|t| call.arrival_us + t);
+        if let Some(left) = served.or(call.settled_us) {
+            events.push((left, -1));
         }
     }
     events.sort_unstable();
@@ -81,14 +85,34 @@ fn overload(calls: &[CallRecord], last_arrival_us: u64) -> OverloadRecord {
         samples.push((t / 1e6, backlog as f64));
     }
     let final_backlog = samples.last().map_or(0.0, |&(_, b)| b);
-    match assess_overload(&samples) {
-        Ok(assessment) => OverloadRecord {
-            overloaded: assessment.overloaded,
-            backlog_growth_per_s: Some(assessment.slope),
-            final_backlog,
-        },
-        Err(_) => OverloadRecord { overloaded: false, backlog_growth_per_s: None, final_backlog },
+    let abandoned_share = abandoned_share(calls, last_arrival_us);
+    let abandoned = abandoned_share.is_some_and(|share| share >= ABANDONED_SHARE);
+    let (growing, backlog_growth_per_s) = match assess_overload(&samples) {
+        Ok(assessment) => (assessment.overloaded, Some(assessment.slope)),
+        Err(_) => (false, None),
+    };
+    OverloadRecord {
+        overloaded: growing || abandoned || stopped_us.is_some(),
+        backlog_growth_per_s,
+        final_backlog,
+        abandoned_share,
+        stopped_at_us: stopped_us,
     }
+}
+
+/// Of the calls sent in the second half of the offered load that were answered or abandoned,
+/// the share abandoned (timed out); absent when none was abandoned.
+fn abandoned_share(calls: &[CallRecord], last_arrival_us: u64) -> Option<f64> {
+    let from = last_arrival_us / 2;
+    let (mut served, mut abandoned) = (0u64, 0u64);
+    for call in calls.iter().filter(|c| c.arrival_us >= from && c.arrival_us <= last_arrival_us) {
+        match call.fate {
+            Fate::Completed => served += 1,
+            Fate::TimedOut => abandoned += 1,
+            _ => {}
+        }
+    }
+    (abandoned > 0).then(|| abandoned as f64 / (served + abandoned) as f64)
 }
 
 /// Mergeable histograms of the window's latencies, µs.
@@ -233,13 +257,7 @@ pub fn acceptance(records: &[ReplicationRecord], frame: &FrameSpec) -> (Vec<Acce
         .iter()
         .enumerate()
         .filter(|(_, r)| r.overload.overloaded)
-        .map(|(i, r)| {
-            format!(
-                "replication {i} (backlog growing by {:.2} calls/s to {:.0})",
-                r.overload.backlog_growth_per_s.unwrap_or(0.0),
-                r.overload.final_backlog
-            )
-        })
+        .map(|(i, r)| format!("replication {i} ({})", overload_evidence(&r.overload)))
         .collect();
     outcomes.push(AcceptanceOutcome {
         condition: "not overloaded (the backlog does not keep growing)".into(),
@@ -252,11 +270,33 @@ pub fn acceptance(records: &[ReplicationRecord], frame: &FrameSpec) -> (Vec<Acce
     });
     if !overloaded.is_empty() && !frame.acceptance.allow_overload {
         withheld.push(format!(
-            "latency figures: overloaded — {}; latencies would only measure how long the run lasted",
+            "latency figures: overloaded — {}; latencies would only measure how long the run lasted (set frame.acceptance.allow_overload: true to report them anyway)",
             overloaded.join("; ")
         ));
     }
     (outcomes, withheld)
+}
+
+/// What made a replication overloaded, in words.
+fn overload_evidence(record: &OverloadRecord) -> String {
+    if let Some(at) = record.stopped_at_us {
+        return format!(
+            "stopped at {:.1} s: the backlog kept growing past {} calls",
+            at as f64 / 1e6,
+            crate::stats::overload::STOP_BACKLOG
+        );
+    }
+    match record.abandoned_share {
+        Some(share) if share >= ABANDONED_SHARE => format!(
+            "{:.0}% of the calls sent in the second half of the offered load timed out, capping the backlog",
+            share * 100.0
+        ),
+        _ => format!(
+            "calls waiting for a first token growing by {:.2}/s to {:.0}",
+            record.backlog_growth_per_s.unwrap_or(0.0),
+            record.final_backlog
+        ),
+    }
 }
 
 /// Whether the run's prices came from trusted data, and its pools lie where that data was

@@ -24,7 +24,7 @@ pub mod workload;
 
 pub use assembly::{AssembledCluster, AssemblyOptions, assemble};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
-pub use comparison::{MetricComparison, compare_configs};
+pub use comparison::{Configuration, MetricComparison, compare_configs};
 pub use engine_host::EngineHost;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
 pub use metrics::{metrics, summarise_us};

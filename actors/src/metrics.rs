@@ -46,7 +46,8 @@ pub fn metrics(
     withhold_latency: bool,
 ) -> Metrics {
     let completed: Vec<&CallRecord> = window.iter().copied().filter(|c| c.fate == Fate::Completed).collect();
-    let summary = |values: Vec<f64>| (!withhold_latency).then(|| summarise_us(values));
+    // A figure with no samples is absent, never a summary of zeros.
+    let summary = |values: Vec<f64>| (!withhold_latency && !values.is_empty()).then(|| summarise_us(values));
     let end = |c: &CallRecord| c.e2e_us().map(|e| c.arrival_us + e);
     let first_send = window.iter().map(|c| c.arrival_us).min();
     let last_done = completed.iter().filter_map(|c| end(c)).max();

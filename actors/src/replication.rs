@@ -17,9 +17,11 @@ use crate::client::Client;
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
 use crate::run::{Observers, Progress, RunError};
+use crate::stats::overload::OverloadWatch;
 
-/// Simulated time between progress reports.
-const PROGRESS_EVERY: SimDuration = SimDuration::from_secs(1);
+/// Kernel rounds between progress reports and stop-rule checks: a fixed amount of work, so that
+/// simulated idle time costs nothing and the checks fall at the same places in every run.
+const ROUNDS_PER_SLICE: u64 = 4_096;
 
 /// The seed of replication `index` of a run seeded with `seed`: the seed itself for
 /// replication 0, otherwise the first 8 bytes (little-endian) of
@@ -60,21 +62,47 @@ pub struct ReplicationRun {
     pub expected_requests: Option<u64>,
     /// When the last request arrived, µs (the end of the offered load).
     pub last_arrival_us: u64,
+    /// When the stop rule stopped the run as overloaded, µs.
+    pub stopped_overloaded_us: Option<u64>,
 }
 
-/// Counts answers reaching clients, for progress.
+/// Counts calls the clients sent, answers reaching them and calls they gave up on, for
+/// progress and the stop rule.
 struct AnswerCounter {
     clients: Vec<ActorId>,
-    answered: Rc<Cell<u64>>,
+    counts: Rc<Cell<CallCounts>>,
+}
+
+/// What [`AnswerCounter`] has counted.
+#[derive(Clone, Copy, Debug, Default)]
+struct CallCounts {
+    sent: u64,
+    answered: u64,
+    abandoned: u64,
+}
+
+impl CallCounts {
+    /// Calls sent and neither answered nor given up on.
+    fn outstanding(self) -> u64 {
+        self.sent.saturating_sub(self.answered + self.abandoned)
+    }
 }
 
 impl Observer<ClusterMessage> for AnswerCounter {
     fn on_delivery(&mut self, envelope: &Envelope<ClusterMessage>) {
-        if !matches!(envelope.payload, ClusterMessage::Request(_))
-            && self.clients.binary_search(&envelope.to).is_ok()
-        {
-            self.answered.set(self.answered.get() + 1);
+        let mut counts = self.counts.get();
+        let from_client = self.clients.binary_search(&envelope.sender).is_ok();
+        match envelope.payload {
+            ClusterMessage::Request(_) if from_client => counts.sent += 1,
+            ClusterMessage::Abort(_) if from_client => counts.abandoned += 1,
+            ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)
+                if self.clients.binary_search(&envelope.to).is_ok() =>
+            {
+                counts.answered += 1;
+            }
+            _ => return,
         }
+        self.counts.set(counts);
     }
 }
 
@@ -90,10 +118,10 @@ pub fn run_replication(
 ) -> Result<(ReplicationRun, Observers), RunError> {
     let cluster = assemble(scenario, seed, data, options).map_err(RunError::Input)?;
     let mut simulation = cluster.simulation;
-    let answered = Rc::new(Cell::new(0));
+    let counts = Rc::new(Cell::new(CallCounts::default()));
     let mut clients_sorted = cluster.clients.clone();
     clients_sorted.sort();
-    simulation.observe(AnswerCounter { clients: clients_sorted, answered: answered.clone() });
+    simulation.observe(AnswerCounter { clients: clients_sorted, counts: counts.clone() });
     for observer in observers {
         simulation.observe_boxed(observer);
     }
@@ -104,14 +132,18 @@ pub fn run_replication(
             .map_err(|e| RunError::Input(FieldError::new("horizon_s", h, e.to_string())))?,
         None => SimTime::MAX,
     };
-    let mut checkpoint = SimTime::ZERO;
+    let mut watch = OverloadWatch::new();
+    let mut stopped_overloaded_us = None;
     let end = loop {
-        checkpoint = checkpoint.saturating_add(PROGRESS_EVERY).min(horizon);
-        let end = simulation.run_until(checkpoint).map_err(RunError::Kernel)?;
-        progress(Progress { simulated: simulation.now().time, answered: answered.get(), total });
-        match end {
-            RunEnd::Horizon { at } if at < horizon => continue,
-            end => break end,
+        if let Some(end) = simulation.run_rounds(horizon, ROUNDS_PER_SLICE).map_err(RunError::Kernel)? {
+            break end;
+        }
+        let now = simulation.now().time;
+        let seen = counts.get();
+        progress(Progress { simulated: now, answered: seen.answered, total });
+        if watch.observe(now.as_micros() as f64 / 1e6, seen.outstanding()) {
+            stopped_overloaded_us = Some(now.as_micros());
+            break RunEnd::Horizon { at: now };
         }
     };
     if let RunEnd::Halted { at, actor, reason } = &end
@@ -192,6 +224,7 @@ pub fn run_replication(
         identities: cluster.identities,
         expected_requests: cluster.expected_requests,
         last_arrival_us,
+        stopped_overloaded_us,
     };
     Ok((run, observers))
 }

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use blis_contracts::{
-    Arrival, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS, PricingRecord,
-    RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario, ScenarioRecord,
-    SpreadRecord, StopRule, WarmUpRecord,
+    Arrival, BuildRecord, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS,
+    PricingRecord, RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario,
+    ScenarioRecord, SpreadRecord, StopRule, WarmUpRecord, bounds,
 };
 use blis_costmodel::CostData;
 use blis_kernel::{HostKind, KernelError, Observer, SimTime};
@@ -40,8 +40,8 @@ pub struct RunOptions {
     pub replications: Option<u32>,
     /// Threads to run replications on (default: the machine's cores); never changes outputs.
     pub threads: Option<usize>,
-    /// SHA-256 of the binary running the simulation, for the Result (the command line sets it).
-    pub binary_sha256: Option<String>,
+    /// The build running the simulation, for the Result (the command line sets it).
+    pub build: Option<BuildRecord>,
     /// Also run replication 0 once per uncertainty sample of the registry's fitted bundles and
     /// report how far each figure moves.
     pub coefficient_spread: bool,
@@ -184,8 +184,12 @@ pub fn run_observed(
     let seed = options.seed.or(scenario.seed).unwrap_or(DEFAULT_SEED);
     let frame = &scenario.frame;
     let replications = options.replications.unwrap_or_else(|| frame.replications());
-    if replications == 0 {
-        return Err(RunError::Input(FieldError::new("--replications", 0, "must be at least 1")));
+    if let Some(given) = options.replications {
+        bounds::check_replications("--replications", given).map_err(RunError::Input)?;
+    }
+    check_held(&scenario, replications, options.replications.is_some()).map_err(RunError::Input)?;
+    if options.threads == Some(0) {
+        return Err(RunError::Input(FieldError::new("--threads", 0, "must be at least 1")));
     }
     let assembly = AssemblyOptions {
         host: options.host,
@@ -251,8 +255,8 @@ pub fn run_observed(
             catalog_sha256: data.catalog_sha256.clone(),
             registry_sha256: data.registry_sha256.clone(),
             workload_files: workload_files(&scenario, &assembly.base_dir),
-            binary_sha256: options.binary_sha256.clone(),
         },
+        build: options.build.clone(),
         pricing: pricing_record(&first.priced),
         frame: FrameRecord {
             kind: frame.run_kind(),
@@ -283,6 +287,45 @@ pub fn run_observed(
         simulation: first.simulation,
     };
     Ok((RunOutput { result, calls: first.calls, workloads: first.workloads }, observers))
+}
+
+/// Refuse a run whose replications would together hold more per-token latencies than
+/// [`bounds::MAX_TOKEN_LATENCIES`] (synthetic clients; files are bounded by their size).
+fn check_held(scenario: &Scenario, replications: u32, from_flag: bool) -> Result<(), FieldError> {
+    let per_replication: u64 = scenario
+        .workload
+        .clients
+        .iter()
+        .map(|c| c.max_calls().saturating_mul(u64::from(c.output_tokens.max())))
+        .fold(0, u64::saturating_add);
+    if per_replication > bounds::MAX_TOKEN_LATENCIES {
+        return Err(FieldError::new(
+            "workload.clients",
+            format!("up to {per_replication} output tokens per replication"),
+            format!(
+                "calls × their largest output length must stay within {} per-token latencies (8 GiB): lower requests or output_tokens.max",
+                bounds::MAX_TOKEN_LATENCIES
+            ),
+        ));
+    }
+    let held = per_replication.saturating_mul(u64::from(replications));
+    if held > bounds::MAX_TOKEN_LATENCIES {
+        let path = if from_flag { "--replications" } else { "frame.replications" };
+        let shown = if from_flag || scenario.frame.replications.is_some() {
+            replications.to_string()
+        } else {
+            format!("{replications} (the default)")
+        };
+        return Err(FieldError::new(
+            path,
+            shown,
+            format!(
+                "{replications} replications of up to {per_replication} output tokens each would hold {held} per-token latencies; a run holds at most {} (8 GiB)",
+                bounds::MAX_TOKEN_LATENCIES
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The content hashes of the workload files the scenario names (already read and checked by the

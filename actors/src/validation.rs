@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::replication::replication_seed;
-use crate::run::{RunError, RunOptions, RunOutput, run_observed};
+use crate::run::{Progress, RunError, RunOptions, RunOutput, run_observed};
 use crate::stats::interval::{DEFAULT_LEVEL, estimate};
 
 /// The server side of an experiment (`exp-config.yaml`).
@@ -229,15 +229,15 @@ pub fn simulated_stages(output: &RunOutput, stages: usize, output_len: u32) -> V
 }
 
 /// Simulate `experiment` with `replications` independent seeds; per replication, per stage.
+/// `progress` hears each replication's progress, with its index.
 pub fn simulate(
     experiment: &Experiment,
     replications: u32,
     stage_cap_s: Option<f64>,
     data: &CostData,
+    progress: &mut dyn FnMut(u32, Progress),
 ) -> Result<Vec<Vec<StageFigures>>, RunError> {
-    if replications == 0 {
-        return Err(RunError::Input(FieldError::new("--replications", 0, "must be at least 1")));
-    }
+    blis_contracts::bounds::check_replications("--replications", replications).map_err(RunError::Input)?;
     if let Some(cap) = stage_cap_s.filter(|c| !(c.is_finite() && *c > 0.0)) {
         return Err(RunError::Input(FieldError::new(
             "--stage-cap-s",
@@ -255,7 +255,7 @@ pub fn simulate(
                 base_dir: Some(experiment.dir.clone()),
                 ..RunOptions::default()
             };
-            let (output, _) = run_observed(&text, options, data, Vec::new(), &mut |_| {})?;
+            let (output, _) = run_observed(&text, options, data, Vec::new(), &mut |p| progress(r, p))?;
             Ok(simulated_stages(&output, experiment.stages.len(), experiment.output_len))
         })
         .collect()

@@ -101,8 +101,14 @@ fn a_model_or_chip_not_in_the_catalog_is_refused() {
 
 #[test]
 fn a_deployment_that_cannot_hold_one_request_is_refused() {
-    // Llama-2-70B's 138 GB of weights do not fit one H100.
+    // Llama-2-70B's 138 GB of weights do not fit one H100 at any gpu_memory_utilization: the
+    // cure is more GPUs.
     let e = refusal("model: Llama-3.1-8B", "model: Llama-2-70B");
+    assert_eq!(e.path, "cluster.pools[0].engine.args.tensor_parallel_size");
+    assert!(e.cause.contains("a larger tensor_parallel_size"), "{e}");
+    assert!(!e.cause.contains("Try increasing `gpu_memory_utilization`"), "{e}");
+    // Llama-3.1-8B's 16 GB fit an H100, but not in 15% of it: vLLM's own message.
+    let e = refusal("block_size: 16", "block_size: 16, gpu_memory_utilization: 0.15");
     assert_eq!(e.path, "cluster.pools[0].engine.args.gpu_memory_utilization");
     assert!(e.cause.contains("No available memory for the cache blocks"), "{e}");
     // Llama-3.1-8B's full 131,072-token context needs 16 GiB of KV; at 40% of the GPU there is

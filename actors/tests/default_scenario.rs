@@ -21,7 +21,7 @@ fn run_default(seed: Option<u64>, host: HostKind) -> RunOutput {
             export_workload: false,
             replications: Some(1),
             threads: None,
-            binary_sha256: None,
+            build: None,
             coefficient_spread: false,
         },
         &mut |_| {},

@@ -174,4 +174,19 @@ fn the_newest_build_honours_the_profile_and_refuses_what_it_cannot_model() {
     let error =
         InferencePerfSource::open(&import(InferencePerfBuild::Head), &dir, Streams::new(1)).err().unwrap();
     assert_eq!(error.path, "workload.inference_perf.profile (profile.yaml).data.type");
+    // Rates and durations whose requests no run could hold are refused with the bound.
+    let stages = "\"stages\":[{\"duration\":600,\"rate\":8},{\"duration\":600,\"rate\":20}]";
+    assert!(profile.contains(stages), "the fixture's stages");
+    for (stages_given, field, bound) in [
+        ("\"stages\":[{\"duration\":600,\"rate\":1e300}]", "load.stages[0].rate", "1e6"),
+        ("\"stages\":[{\"duration\":1e300,\"rate\":8}]", "load.stages[0].duration", "1e9 s"),
+        ("\"stages\":[{\"duration\":1e8,\"rate\":1000}]", "load.stages", "10000000 calls"),
+    ] {
+        std::fs::write(dir.join("profile.yaml"), profile.replace(stages, stages_given)).unwrap();
+        let error = InferencePerfSource::open(&import(InferencePerfBuild::Head), &dir, Streams::new(1))
+            .err()
+            .unwrap();
+        assert_eq!(error.path, format!("workload.inference_perf.profile (profile.yaml).{field}"), "{error}");
+        assert!(error.cause.contains(bound), "{error}");
+    }
 }

@@ -33,7 +33,7 @@ fn replay(dir: PathBuf, path: &str, format: &str) -> Result<RunOutput, RunError>
         export_workload: true,
         replications: Some(1),
         threads: None,
-        binary_sha256: None,
+        build: None,
         coefficient_spread: false,
     };
     run(&scenario(path, format), options, &mut |_| {})
@@ -248,5 +248,23 @@ fn bad_mooncake_lines_are_refused_by_file_line_and_field() {
         let error = refusal(&format!("mooncake-{i}"), "m.jsonl", "mooncake", &format!("{good}\n{line}\n"));
         assert_eq!(error.path, format!("workload.replays[0].path (m.jsonl):{path}"), "case {i}: {error}");
         assert!(error.to_string().contains(cause), "case {i}: {error}");
+    }
+}
+
+#[test]
+fn a_trace_row_no_model_could_serve_is_refused_with_the_bound() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("azure-huge");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("huge.csv"),
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 23:59:58.5081260,4294967295,10\n",
+    )
+    .unwrap();
+    match replay(dir, "huge.csv", "azure-csv") {
+        Err(RunError::Input(e)) => {
+            assert!(e.path.ends_with("huge.csv):2.nodes[0].prompt"), "{e}");
+            assert!(e.cause.contains("at most 16777216 tokens"), "{e}");
+        }
+        other => panic!("{:?}", other.map(|o| o.result.fates)),
     }
 }

@@ -4,8 +4,8 @@
 //! of two configurations on common random numbers.
 
 use blis_actors::stats::compare::Verdict;
-use blis_actors::{RunOptions, RunOutput, compare_configs, run};
-use blis_contracts::RunKind;
+use blis_actors::{Configuration, RunOptions, RunOutput, compare_configs, run};
+use blis_contracts::{Better, RunKind};
 use blis_costmodel::CostData;
 
 fn scenario(frame: &str, horizon: &str, replicas: u32, rate: f64, requests: u64) -> String {
@@ -129,10 +129,69 @@ fn two_configurations_are_judged_on_paired_replications() {
     let two = scenario("replications: 4", "", 2, 5.0, 150);
     let options = RunOptions { threads: Some(2), ..RunOptions::default() };
     let data = CostData::embedded();
-    let (_, _, same) = compare_configs(&one, &one, &options, &data).unwrap();
+    fn side(text: &str) -> Configuration<'_> {
+        Configuration { text, base_dir: None }
+    }
+    let (_, _, same) = compare_configs(&side(&one), &side(&one), &options, &data, &mut |_, _| {}).unwrap();
     assert!(same.iter().all(|c| c.comparison.verdict == Verdict::NotDistinguished));
-    let (_, _, scaled) = compare_configs(&one, &two, &options, &data).unwrap();
+    let (_, _, scaled) = compare_configs(&side(&one), &side(&two), &options, &data, &mut |_, _| {}).unwrap();
     let verdict = |name: &str| scaled.iter().find(|c| c.name == name).unwrap().comparison.verdict;
     assert_eq!(verdict("ttft_ms.mean"), Verdict::Better, "a second instance cuts the queueing");
     assert_eq!(verdict("e2e_ms.p99"), Verdict::Better);
+    // Two instances share the load, so each holds less KV: lower, which is neither better nor
+    // worse (the registry says so).
+    let kv = scaled.iter().find(|c| c.name == "kv_utilisation").unwrap();
+    assert_eq!(kv.better, Better::Neither);
+    assert!(kv.b < kv.a, "{kv:?}");
+}
+
+/// One H100 pool serving Llama-3.1-8B with the client `client` (YAML lines under `clients:`).
+fn one_client(frame: &str, client: &str) -> String {
+    format!(
+        "seed: 1\nframe: {{ {frame} }}\ncluster:\n  router: {{ policy: round-robin }}\n  pools:\n    - name: p\n      replicas: 1\n      hardware: {{ chip: H100-SXM }}\n      model: Llama-3.1-8B\n      engine: {{ kind: vllm, version: \"0.15.1\", args: {{}} }}\nworkload:\n  clients:\n    - name: a\n{client}"
+    )
+}
+
+#[test]
+fn long_sessions_on_an_idle_engine_are_not_overloaded() {
+    // Sessions of 10-20 turns 30 s apart outlive the 50 s in which they start: the calls in
+    // progress ramp up over the whole offered load, while the engine sits at a few % of its KV
+    // cache with a flat TTFT. Counting calls in progress called this overloaded.
+    let client = "      requests: 100\n      arrival: { process: poisson, rate_per_s: 2 }\n      input_tokens: { dist: uniform, min: 50, max: 200 }\n      output_tokens: { dist: uniform, min: 10, max: 100 }\n      session: { turns: { dist: uniform, min: 10, max: 20 }, think_time_s: { dist: exponential, mean: 30 } }\n";
+    let result = run_with(&one_client("replications: 2", client), 2).result;
+    for record in &result.replications {
+        assert!(!record.overload.overloaded, "{:?}", record.overload);
+        assert!(record.fates.completed == record.fates.arrivals);
+    }
+    assert!(result.instances[0].kv_usage_peak < 0.1, "{:?}", result.instances[0]);
+    assert!(result.withheld.is_empty(), "{:?}", result.withheld);
+    assert!(result.estimates.contains_key("ttft_ms.p99"));
+}
+
+#[test]
+fn a_backlog_capped_by_timeouts_is_overloaded_and_says_how_to_report_anyway() {
+    // 400 requests/s on one H100 with a 2 s timeout: nearly every call times out, so the
+    // outstanding calls stay near rate × timeout instead of growing.
+    let client = "      requests: 12000\n      arrival: { process: poisson, rate_per_s: 400 }\n      input_tokens: { dist: uniform, min: 50, max: 500 }\n      output_tokens: { dist: uniform, min: 10, max: 100 }\n      timeout_s: 2\n";
+    let result = run_with(&one_client("replications: 1", client), 1).result;
+    let overload = &result.replications[0].overload;
+    assert!(result.fates.timed_out * 2 > result.fates.arrivals, "{:?}", result.fates);
+    assert!(overload.overloaded, "{overload:?}");
+    assert!(overload.abandoned_share.is_some_and(|s| s >= 0.5), "{overload:?}");
+    let withheld = result.withheld.join("; ");
+    assert!(withheld.contains("timed out") && withheld.contains("allow_overload"), "{withheld}");
+}
+
+#[test]
+fn an_overloaded_run_is_stopped_once_its_backlog_is_large() {
+    // 1000 requests/s for a minute on one H100: the backlog grows by hundreds of calls a
+    // second; the stop rule ends the run instead of queueing all 60,000.
+    let client = "      requests: 60000\n      arrival: { process: poisson, rate_per_s: 1000 }\n      input_tokens: { dist: uniform, min: 50, max: 500 }\n      output_tokens: { dist: uniform, min: 10, max: 100 }\n";
+    let result = run_with(&one_client("replications: 1", client), 1).result;
+    let overload = &result.replications[0].overload;
+    let stopped = overload.stopped_at_us.expect("the stop rule ends the run");
+    assert!(overload.overloaded, "{overload:?}");
+    assert_eq!(result.simulation.end_time_us, stopped);
+    assert!(result.fates.arrivals < 60_000 && result.fates.queued_at_horizon >= 10_000, "{:?}", result.fates);
+    assert!(result.withheld.join("; ").contains("stopped at"), "{:?}", result.withheld);
 }

@@ -49,7 +49,7 @@ fn run_text(text: &str, base_dir: Option<PathBuf>, export_workload: bool) -> Res
             export_workload,
             replications: Some(1),
             threads: None,
-            binary_sha256: None,
+            build: None,
             coefficient_spread: false,
         },
         &mut |_| {},

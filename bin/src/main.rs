@@ -8,6 +8,7 @@ mod compare;
 mod fit;
 mod listing;
 mod logging;
+mod progress;
 mod replay;
 mod summary;
 mod trace;
@@ -23,7 +24,6 @@ use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
 use blis_kernel::{HostKind, Observer, SimTime};
 use clap::{Parser, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// `--version`: this build and every upstream release it models (`stack.json`, embedded).
 const VERSION: &str =
@@ -253,7 +253,7 @@ fn main() -> ExitCode {
                     export_workload: export,
                     replications,
                     threads,
-                    binary_sha256: binary_sha256(),
+                    build: Some(build_record()),
                     coefficient_spread,
                 },
                 &data,
@@ -318,11 +318,19 @@ struct Outputs {
     export_workload: Option<PathBuf>,
 }
 
-/// SHA-256 of this executable, for the Result (absent if it cannot be read).
-fn binary_sha256() -> Option<String> {
-    use sha2::{Digest, Sha256};
-    let bytes = std::fs::read(std::env::current_exe().ok()?).ok()?;
-    Some(Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect())
+/// This binary's provenance, as `build.rs` recorded it at compile time.
+fn build_record() -> blis_contracts::BuildRecord {
+    let commit = env!("BLIS_BUILD_COMMIT");
+    blis_contracts::BuildRecord {
+        commit: (!commit.is_empty()).then(|| commit.to_owned()),
+        profile: env!("BLIS_BUILD_PROFILE").to_owned(),
+        rustc: env!("BLIS_BUILD_RUSTC").to_owned(),
+        crates: env!("BLIS_BUILD_CRATES")
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(name, version)| (name.to_owned(), version.to_owned()))
+            .collect(),
+    }
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -352,7 +360,10 @@ fn run(
             Ok(filter) => filter,
             Err(message) => return fail(2, message),
         };
-        match trace::writer(path, filter, options.seed) {
+        // The run's seed as the run will take it: the flag, else the scenario's, else the default.
+        let scenario_seed = blis_contracts::Scenario::parse(&text).ok().and_then(|s| s.seed);
+        let seed = options.seed.or(scenario_seed).unwrap_or(blis_actors::DEFAULT_SEED);
+        match trace::writer(path, filter, seed) {
             Ok(writer) => observers.push(Box::new(writer)),
             Err(error) => {
                 return fail(1, format_args!("{}: cannot write the trace: {error}", path.display()));
@@ -367,6 +378,7 @@ fn run(
             replications: options.replications,
             catalog_sha256: data.catalog_sha256.clone(),
             registry_sha256: data.registry_sha256.clone(),
+            files: replay::carry(&text, &options.base_dir.clone().unwrap_or_default()),
         };
         match File::create(path) {
             Ok(file) => observers.push(Box::new(MessageLog::new(BufWriter::new(file), &inputs.to_text()))),
@@ -390,12 +402,14 @@ fn run(
         if let Err(error) = writer.finish(end) {
             return fail(1, format_args!("{}: cannot write the trace: {error}", path.display()));
         }
+        eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &outputs.record {
         let log = downcast::<MessageLog<BufWriter<File>>>(observers.next());
         if let Err(error) = log.finish(&replay::trailer(&output.comparable_digest())) {
             return fail(1, format_args!("{}: cannot write the recording: {error}", path.display()));
         }
+        eprintln!("wrote {}", path.display());
     }
     if let Err(error) = write_outputs(&output, &outputs.out) {
         return fail(1, format_args!("{}: cannot write the outputs: {error}", outputs.out.display()));
@@ -431,19 +445,9 @@ fn run_with_progress(
     observers: Observers,
     quiet: bool,
 ) -> Result<(RunOutput, Observers), RunError> {
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} requests answered, {msg} simulated, {elapsed} wall",
-        )
-        .expect("the progress template is valid"),
-    );
-    let outcome = run_observed(text, options, data, observers, &mut |p: Progress| {
-        bar.set_length(p.total);
-        bar.set_position(p.answered);
-        bar.set_message(format!("{:.1} s", p.simulated.as_secs_f64()));
-    });
-    bar.finish_and_clear();
+    let mut reporter = progress::Reporter::new(quiet);
+    let outcome = run_observed(text, options, data, observers, &mut |p: Progress| reporter.update("run", p));
+    reporter.finish();
     outcome
 }
 
@@ -477,8 +481,15 @@ fn compare_configs(a: &Path, b: &Path, options: RunOptions, data: &CostData) -> 
         (Ok(text_a), Ok(text_b)) => (text_a, text_b),
         (Err(message), _) | (_, Err(message)) => return fail(2, message),
     };
-    let options = RunOptions { base_dir: a.parent().map(Path::to_path_buf), ..options };
-    match blis_actors::compare_configs(&text_a, &text_b, &options, data) {
+    // Each scenario's files are found next to it.
+    let side_a = blis_actors::Configuration { text: &text_a, base_dir: a.parent().map(Path::to_path_buf) };
+    let side_b = blis_actors::Configuration { text: &text_b, base_dir: b.parent().map(Path::to_path_buf) };
+    let mut reporter = progress::Reporter::new(false);
+    let outcome = blis_actors::compare_configs(&side_a, &side_b, &options, data, &mut |side, p| {
+        reporter.update(side, p)
+    });
+    reporter.finish();
+    match outcome {
         Ok((output_a, _, comparisons)) => {
             let replications = output_a.result.replications.len();
             print!(
@@ -555,20 +566,34 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
             ),
         );
     }
+    // The re-run reads the workload files the recording carries, laid out in a folder of its
+    // own; a recording without files reads them beside itself.
+    let carried = std::env::temp_dir().join(format!("blis-actor-replay-{}", std::process::id()));
+    let base_dir = if inputs.files.is_empty() {
+        file.parent().map(Path::to_path_buf)
+    } else {
+        if let Err(message) = replay::materialise(&inputs.files, &carried) {
+            let _ = std::fs::remove_dir_all(&carried);
+            return fail(2, format_args!("{}: {message}", file.display()));
+        }
+        Some(carried.clone())
+    };
     let recorded_count = recorded.deliveries.len();
     let check: Box<dyn Observer<ClusterMessage>> =
         Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries));
     let options = RunOptions {
         seed: inputs.seed,
         host,
-        base_dir: file.parent().map(Path::to_path_buf),
+        base_dir,
         export_workload: false,
         replications: inputs.replications,
         threads: None,
-        binary_sha256: None,
+        build: None,
         coefficient_spread: false,
     };
-    let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
+    let outcome = run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {});
+    let _ = std::fs::remove_dir_all(&carried);
+    let (output, observers) = match outcome {
         Ok(done) => done,
         Err(error) => {
             return fail(1, format_args!("{}: the recorded run does not run: {error}", file.display()));

@@ -1,9 +1,10 @@
 //! The readable summary printed on stdout after a run.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use blis_actors::RunOutput;
-use blis_contracts::{EstimateRecord, RunResult};
+use blis_contracts::{EstimateRecord, Fate, RunResult};
 
 /// The summary of a run: fates, latency estimates with their intervals over replications (or
 /// replication 0's figures when there is one), throughput, prefix-cache hits and preemptions,
@@ -35,19 +36,32 @@ pub fn render(output: &RunOutput) -> String {
         let _ = write!(s, " + {} not started", f.not_started);
     }
     s.push('\n');
+    let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
+    for call in &output.calls {
+        if let Fate::Dropped { reason } = &call.fate {
+            *reasons.entry(reason).or_default() += 1;
+        }
+    }
+    if !reasons.is_empty() {
+        let listed: Vec<String> = reasons.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
+        let _ = writeln!(s, "dropped (replication 0): {}", listed.join(", "));
+    }
+    if f.arrivals > 0 && f.completed == 0 {
+        let _ = writeln!(s, "no call completed: there is no latency figure to report");
+    }
     if !r.estimates.is_empty() {
         latency_table(&mut s, r);
         let value = |name: &str| r.estimates.get(name).map(|e| with_interval(e, 1));
         let _ = writeln!(
             s,
-            "throughput: {} output tokens/s, {} requests/s; makespan {} s; {} engine steps (replication 0)",
+            "throughput: {} output tokens/s, {} completed calls/s; makespan {} s; {} engine steps (replication 0)",
             value("output_tokens_per_s").unwrap_or_default(),
             value("requests_per_s").unwrap_or_default(),
             value("makespan_s").unwrap_or_default(),
             r.simulation.engine_steps
         );
         if let Some(goodput) = value("goodput_requests_per_s") {
-            let _ = writeln!(s, "goodput: {goodput} requests/s meeting the SLOs");
+            let _ = writeln!(s, "goodput: {goodput} completed calls/s meeting the SLOs");
         }
         if let Some(rate) = r.estimates.get("prefix_cache_hit_rate") {
             let _ = writeln!(s, "prefix cache: {} of prompt tokens hit", percent(rate));

@@ -54,10 +54,10 @@ pub fn parse_filter(spec: &str, scenario_text: &str) -> Result<TimelineFilter, S
     Ok(filter)
 }
 
-/// A writer to `path`.
-pub fn writer(path: &Path, filter: TimelineFilter, seed: Option<u64>) -> std::io::Result<Writer> {
+/// A writer to `path` for a run seeded with `seed` (the header records it).
+pub fn writer(path: &Path, filter: TimelineFilter, seed: u64) -> std::io::Result<Writer> {
     let file = BufWriter::new(File::create(path)?);
     let other =
-        [("producer", format!("blis-actor {}", env!("CARGO_PKG_VERSION"))), ("seed", format!("{seed:?}"))];
+        [("producer", format!("blis-actor {}", env!("CARGO_PKG_VERSION"))), ("seed", seed.to_string())];
     Ok(TimelineWriter::new(file, filter, Box::new(timeline_group), &other))
 }

@@ -17,6 +17,7 @@ pub fn validate(
 ) -> Result<(String, Vec<Row>), String> {
     let mut all = Vec::new();
     let mut out = String::new();
+    let mut reporter = crate::progress::Reporter::new(false);
     let _ = writeln!(
         out,
         "{:<48} {:>5} {:<18} {:>12} {:>24} {:>9}",
@@ -35,8 +36,10 @@ pub fn validate(
         } else {
             data
         };
-        let simulated = simulate(&experiment, replications, stage_cap_s, data)
-            .map_err(|e| format!("{}: {e}", experiment.name))?;
+        let simulated = simulate(&experiment, replications, stage_cap_s, data, &mut |r, p| {
+            reporter.update(&format!("{} replication {}/{replications}", experiment.name, r + 1), p);
+        })
+        .map_err(|e| format!("{}: {e}", experiment.name))?;
         let experiment_rows = rows(&experiment, &simulated);
         for row in &experiment_rows {
             let simulated = match row.half_width {
@@ -78,5 +81,6 @@ pub fn validate(
         out,
         "(times in seconds; per_token = (mean request latency − mean TTFT) / (output_len − 1); the client's TPOT and ITL are left out: it stamped blank SSE lines too)"
     );
+    reporter.finish();
     Ok((out, all))
 }

@@ -90,6 +90,13 @@ fn a_traced_and_recorded_run_checks_and_replays_and_a_broken_trace_fails_the_che
         record.to_str().unwrap(),
     ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for written in [&trace, &record] {
+        assert!(stderr.contains(&format!("wrote {}", written.display())), "{stderr}");
+    }
+    // The header carries the run's seed (small.yaml gives none: the default, 1).
+    let header: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(header["otherData"]["seed"], "1", "{}", header["otherData"]);
     let check = blis_actor(&["trace-check", trace.to_str().unwrap()]);
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
     let replay = blis_actor(&["replay", record.to_str().unwrap(), "--host", "tasks"]);
@@ -242,6 +249,11 @@ fn validate_real_prints_every_stage_and_metric_with_its_signed_error() {
     );
     let output = blis_actor(&["validate-real", &dir, "--replications", "2", "--stage-cap-s", "20"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // Not a terminal: progress comes as lines on stderr, one at least per replication.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for replication in ["replication 1/2: ", "replication 2/2: "] {
+        assert!(stderr.lines().any(|l| l.contains(replication) && l.contains("calls answered")), "{stderr}");
+    }
     let stdout = String::from_utf8(output.stdout).unwrap();
     let metrics = [
         "ttft_mean",

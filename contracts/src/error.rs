@@ -16,13 +16,16 @@ pub struct FieldError {
 
 impl FieldError {
     /// A refusal of `value` at `path` because of `cause`.
+    ///
+    /// The value and the cause are cut at [`MAX_SHOWN_CHARS`] characters, so that a huge
+    /// offending value does not become a huge message.
     pub fn new(path: impl Into<String>, value: impl fmt::Display, cause: impl Into<String>) -> FieldError {
-        FieldError { path: path.into(), value: Some(value.to_string()), cause: cause.into() }
+        FieldError { path: path.into(), value: Some(cut(&value.to_string())), cause: cut(&cause.into()) }
     }
 
     /// A refusal at `path` where no single value is to blame (a missing field, a whole section).
     pub fn at(path: impl Into<String>, cause: impl Into<String>) -> FieldError {
-        FieldError { path: path.into(), value: None, cause: cause.into() }
+        FieldError { path: path.into(), value: None, cause: cut(&cause.into()) }
     }
 
     /// The same refusal, with `prefix` put in front of its path.
@@ -30,6 +33,27 @@ impl FieldError {
         self.path = join_path(prefix, &self.path);
         self
     }
+}
+
+/// The longest value or cause a refusal shows, in characters; longer ones are cut with a note
+/// of their length.
+pub const MAX_SHOWN_CHARS: usize = 400;
+
+/// `text` cut at [`MAX_SHOWN_CHARS`] characters, saying how long it was.
+fn cut(text: &str) -> String {
+    let length = text.chars().count();
+    if length <= MAX_SHOWN_CHARS {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(MAX_SHOWN_CHARS).collect();
+    format!("{kept}… ({length} characters in all)")
+}
+
+/// A number as a person reads it: plain when short, in exponent form when long (`1e300`, not
+/// three hundred digits).
+pub fn number(value: f64) -> String {
+    let plain = value.to_string();
+    if plain.len() <= 16 { plain } else { format!("{value:e}") }
 }
 
 /// `prefix` and `rest` joined as a field path (`a.b` + `c[0]` = `a.b.c[0]`, `a` + `[2]` = `a[2]`).
@@ -64,6 +88,17 @@ mod tests {
         assert_eq!(join_path("cluster.pools", "[1]"), "cluster.pools[1]");
         assert_eq!(join_path("", "seed"), "seed");
         assert_eq!(join_path("engine.args", "."), "engine.args");
+    }
+
+    #[test]
+    fn huge_values_and_causes_are_cut() {
+        let digits = "9".repeat(5_000_000);
+        let e = FieldError::new("workload.clients[0].requests", &digits, format!("invalid value {digits}"));
+        let shown = e.to_string();
+        assert!(shown.len() < 2 * MAX_SHOWN_CHARS + 200, "{} bytes", shown.len());
+        assert!(shown.contains("(5000000 characters in all)"), "{shown:.200}");
+        assert_eq!(number(1e300), "1e300");
+        assert_eq!(number(2.5), "2.5");
     }
 
     #[test]

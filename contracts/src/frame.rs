@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::FieldError;
+use crate::bounds::{MAX_SIMULATED_S, check_replications, check_seconds};
+use crate::error::{FieldError, number};
 use crate::metric::MetricDefinition;
 
 /// The `frame:` section of a scenario (all optional).
@@ -111,26 +112,34 @@ impl FrameSpec {
 
     /// Refuse impossible values; `horizon_s` is the scenario's.
     pub fn validate(&self, horizon_s: Option<f64>) -> Result<(), FieldError> {
-        if let Some(0) = self.replications {
-            return Err(FieldError::new("frame.replications", 0, "must be at least 1"));
+        if let Some(replications) = self.replications {
+            check_replications("frame.replications", replications)?;
         }
         if self.run_kind() == RunKind::SteadyState && horizon_s.is_none() {
             return Err(FieldError::at("frame.kind", "a steady-state run needs a horizon_s to stop at"));
         }
-        if let Some(WarmUp::Fixed { seconds }) = self.warm_up
-            && !(seconds.is_finite() && seconds >= 0.0)
-        {
-            return Err(FieldError::new("frame.warm_up.seconds", seconds, "must be a number of seconds ≥ 0"));
+        if let Some(WarmUp::Fixed { seconds }) = self.warm_up {
+            if !(seconds.is_finite() && seconds >= 0.0) {
+                return Err(FieldError::new(
+                    "frame.warm_up.seconds",
+                    number(seconds),
+                    "must be a number of seconds ≥ 0",
+                ));
+            }
+            check_seconds("frame.warm_up.seconds", seconds)?;
         }
         if let Some(slo) = self.slo {
             for (field, value) in [("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms)] {
                 if let Some(v) = value
-                    && !(v.is_finite() && v > 0.0)
+                    && !(v.is_finite() && v > 0.0 && v <= MAX_SIMULATED_S * 1e3)
                 {
                     return Err(FieldError::new(
                         format!("frame.slo.{field}"),
-                        v,
-                        "must be a positive number of ms",
+                        number(v),
+                        format!(
+                            "must be a positive number of ms, at most {:e} (the longest simulated span)",
+                            MAX_SIMULATED_S * 1e3
+                        ),
                     ));
                 }
             }

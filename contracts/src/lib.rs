@@ -8,6 +8,7 @@
 //! value and the cause. Documents outside the kernel carry time as integer microseconds in
 //! fields named `*_us`.
 
+pub mod bounds;
 mod call;
 mod engine;
 mod error;
@@ -28,17 +29,17 @@ pub use engine::{
     EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepGraph,
     StepMode, StepPrice, StepRequest, StepShape, StepTotals,
 };
-pub use error::{FieldError, join_path};
+pub use error::{FieldError, join_path, number};
 pub use frame::{
     Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp,
     WarmUpRecord,
 };
-pub use metric::{METRICS, MetricDefinition, metric};
+pub use metric::{Better, METRICS, MetricDefinition, metric};
 pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
-    DataRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord, LatencySummary, Metrics,
+    BuildRecord, DataRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord, LatencySummary, Metrics,
     OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult, ScenarioRecord,
     SimulationRecord, SpreadRecord, ValidityRecord,
 };

@@ -20,8 +20,21 @@ pub struct MetricDefinition {
     pub window: &'static str,
     /// Unit of the reported values.
     pub unit: &'static str,
-    /// Whether a lower value is better (for comparisons).
-    pub lower_is_better: bool,
+    /// Which direction is better, for comparisons.
+    pub better: Better,
+}
+
+/// Which way a metric improves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    /// Lower values are better (latencies, preemptions).
+    Lower,
+    /// Higher values are better (throughput, cache hits).
+    Higher,
+    /// Neither: the metric describes the run (how full the KV cache was) and a comparison says
+    /// only higher, lower or not distinguished.
+    Neither,
 }
 
 const LATENCY: &str = "mean, p50, p90, p99 (nearest rank: pX is the smallest value with at least X% of the values at or below it)";
@@ -38,7 +51,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "completed calls",
         window: MEASURED,
         unit: "ms",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "tpot_ms",
@@ -48,7 +61,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "completed calls with at least 2 output tokens",
         window: MEASURED,
         unit: "ms",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "itl_ms",
@@ -58,7 +71,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "every gap of every completed call, pooled",
         window: MEASURED,
         unit: "ms",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "e2e_ms",
@@ -68,7 +81,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "completed calls",
         window: MEASURED,
         unit: "ms",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "normalized_e2e_ms",
@@ -78,7 +91,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "completed calls",
         window: MEASURED,
         unit: "ms per token",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "request_e2e_ms",
@@ -88,7 +101,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "requests all of whose nodes completed",
         window: MEASURED,
         unit: "ms",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "makespan_s",
@@ -98,7 +111,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "completed calls",
         window: "the whole run",
         unit: "s",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "output_tokens_per_s",
@@ -108,17 +121,17 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "completed calls",
         window: MEASURED,
         unit: "tokens/s",
-        lower_is_better: false,
+        better: Better::Higher,
     },
     MetricDefinition {
         id: "requests_per_s",
-        name: "request throughput",
+        name: "call throughput (completed LLM calls, not requests: a session or DAG request has several)",
         formula: "completed calls / the measured span",
         statistic: "the value",
         population: "completed calls",
         window: MEASURED,
         unit: "calls/s",
-        lower_is_better: false,
+        better: Better::Higher,
     },
     MetricDefinition {
         id: "goodput_requests_per_s",
@@ -128,7 +141,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "completed calls",
         window: MEASURED,
         unit: "calls/s",
-        lower_is_better: false,
+        better: Better::Higher,
     },
     MetricDefinition {
         id: "prefix_cache_hit_rate",
@@ -138,7 +151,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "admission attempts of calls never preempted",
         window: "the whole run",
         unit: "fraction",
-        lower_is_better: false,
+        better: Better::Higher,
     },
     MetricDefinition {
         id: "preemptions",
@@ -148,7 +161,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "all calls",
         window: "the whole run",
         unit: "count",
-        lower_is_better: true,
+        better: Better::Lower,
     },
     MetricDefinition {
         id: "kv_utilisation",
@@ -158,7 +171,7 @@ pub const METRICS: &[MetricDefinition] = &[
         population: "engine instances",
         window: "the whole run",
         unit: "fraction",
-        lower_is_better: false,
+        better: Better::Neither,
     },
 ];
 

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bounds;
 use crate::error::FieldError;
 
 /// One request (a line of a workload JSONL file).
@@ -152,6 +153,17 @@ impl RequestSpec {
         if self.nodes.is_empty() {
             return Err(FieldError::new(format!("{path}.nodes"), "[]", "a request needs at least one node"));
         }
+        if self.nodes.len() > bounds::MAX_NODES {
+            return Err(FieldError::new(
+                format!("{path}.nodes"),
+                format!("{} nodes", self.nodes.len()),
+                format!(
+                    "a request has at most {} nodes (a call's key holds its node in 16 bits)",
+                    bounds::MAX_NODES
+                ),
+            ));
+        }
+        bounds::check_micros(&format!("{path}.arrival_us"), self.arrival_us)?;
         for (i, node) in self.nodes.iter().enumerate() {
             let at = format!("{path}.nodes[{i}]");
             if self.nodes[..i].iter().any(|n| n.id == node.id) {
@@ -180,6 +192,9 @@ impl RequestSpec {
                     Some(_) => {}
                 }
             }
+            if let NodeKind::Interval(duration_us) = node.kind {
+                bounds::check_micros(&format!("{at}.duration_us"), duration_us)?;
+            }
             if let NodeKind::Llm(call) = &node.kind {
                 let tokens: u64 = call
                     .prompt
@@ -196,6 +211,21 @@ impl RequestSpec {
                         "[]",
                         "a prompt needs at least one token",
                     ));
+                }
+                for (field, count) in [("prompt", tokens), ("output_tokens", u64::from(call.output_tokens))] {
+                    if count > bounds::MAX_CALL_TOKENS {
+                        return Err(FieldError::new(
+                            format!("{at}.{field}"),
+                            format!("{count} tokens"),
+                            format!(
+                                "at most {} tokens, beyond the context of any model in the catalog",
+                                bounds::MAX_CALL_TOKENS
+                            ),
+                        ));
+                    }
+                }
+                if let Some(timeout) = call.timeout_us {
+                    bounds::check_micros(&format!("{at}.timeout_us"), timeout)?;
                 }
                 if call.output_tokens == 0 {
                     return Err(FieldError::new(
@@ -296,5 +326,19 @@ mod tests {
             ],
         };
         assert_eq!(history.validate("w").unwrap_err().path, "w.nodes[1].prompt[0].history");
+    }
+
+    #[test]
+    fn counts_no_run_could_hold_are_refused_with_the_bound() {
+        let huge = RequestSpec {
+            id: "r".into(),
+            arrival_us: 0,
+            nodes: vec![llm("a", &[], vec![PromptPart::Tokens(u32::MAX)])],
+        };
+        let e = huge.validate("w[0]").unwrap_err();
+        assert_eq!(e.path, "w[0].nodes[0].prompt");
+        assert!(e.cause.contains("at most 16777216 tokens"), "{e}");
+        let late = RequestSpec { arrival_us: u64::MAX, ..huge };
+        assert_eq!(late.validate("w[0]").unwrap_err().path, "w[0].arrival_us");
     }
 }

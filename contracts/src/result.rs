@@ -26,8 +26,12 @@ pub struct RunResult {
     pub engines: Vec<EngineIdentity>,
     /// The scenario as given and as resolved.
     pub scenario: ScenarioRecord,
-    /// Content hashes of the cost model's data.
+    /// Content hashes of the cost model's data and the workload files.
     pub data: DataRecord,
+    /// The build that ran, recorded when it was compiled (absent when run as a library); outside
+    /// the comparable part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildRecord>,
     /// How much of the priced time each rank of coefficient priced.
     pub pricing: PricingRecord,
     /// The experimental frame.
@@ -109,13 +113,22 @@ pub struct ReplicationRecord {
 /// The overload assessment of one replication.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OverloadRecord {
-    /// Whether the backlog keeps growing.
+    /// Whether the run is overloaded by the rule of `docs/METRICS.md`: a growing backlog, at
+    /// least half the calls abandoned, or stopped by the stop rule.
     pub overloaded: bool,
-    /// Least-squares growth of the backlog over the second half of the offered load, calls
-    /// per second (absent when the run was too short to judge).
+    /// Least-squares growth of the backlog (calls sent and waiting for their first token) over
+    /// the second half of the offered load, calls per second (absent when the run was too short
+    /// to judge).
     pub backlog_growth_per_s: Option<f64>,
     /// The backlog at the end of the offered load, calls.
     pub final_backlog: f64,
+    /// Of the calls sent in the second half of the offered load and answered or abandoned, the
+    /// share that timed out (absent when none did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned_share: Option<f64>,
+    /// When the stop rule stopped the run, µs of simulated time (absent: it was not stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at_us: Option<u64>,
 }
 
 /// Where the run lies against the data the cost model trusts.
@@ -168,9 +181,23 @@ pub struct DataRecord {
     /// Every workload file the clients read (replays and profiles), by the path the scenario gives.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_files: Vec<FileHash>,
-    /// The `blis-actor` binary that ran (absent when run as a library).
+}
+
+/// Where the running binary came from, as recorded when it was built: two builds of one commit
+/// with one profile and compiler write the same record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildRecord {
+    /// The commit it was built from, `-dirty` when tracked files differed (absent when the
+    /// build could not tell, e.g. without git).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub binary_sha256: Option<String>,
+    pub commit: Option<String>,
+    /// The Cargo profile (`release`, `debug`).
+    pub profile: String,
+    /// The compiler's `--version` line.
+    pub rustc: String,
+    /// Versions of the crates whose behaviour reaches the outputs (math, random streams, seeds,
+    /// parser, JSON writer), by name.
+    pub crates: BTreeMap<String, String>,
 }
 
 /// A file and its content hash.

@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::FieldError;
+use crate::bounds::{MAX_INSTANCES, check_micros, check_seconds};
+use crate::error::{FieldError, number};
 use crate::frame::FrameSpec;
 use crate::workload::Workload;
 use crate::yaml::{self, YamlValue};
@@ -244,11 +245,16 @@ impl Scenario {
     /// Refuse values the schema's types cannot: empty or duplicate names, zero counts,
     /// non-positive rates, inverted ranges.
     pub fn validate(&self) -> Result<(), FieldError> {
-        if let Some(h) = self.horizon_s
-            && !(h.is_finite() && h > 0.0)
-        {
-            return Err(FieldError::new("horizon_s", h, "must be a positive number of seconds"));
+        if let Some(h) = self.horizon_s {
+            if !(h.is_finite() && h > 0.0) {
+                return Err(FieldError::new("horizon_s", number(h), "must be a positive number of seconds"));
+            }
+            check_seconds("horizon_s", h)?;
         }
+        let network = self.cluster.network;
+        check_micros("cluster.network.client_router_us", network.client_router_us)?;
+        check_micros("cluster.network.router_engine_us", network.router_engine_us)?;
+        let mut instances: u64 = 0;
         if self.cluster.pools.is_empty() {
             return Err(FieldError::new("cluster.pools", "[]", "at least one pool of engines is needed"));
         }
@@ -268,6 +274,16 @@ impl Scenario {
                     format!("{path}.replicas"),
                     0,
                     "a pool needs at least one engine",
+                ));
+            }
+            instances += u64::from(pool.replicas);
+            if instances > u64::from(MAX_INSTANCES) {
+                return Err(FieldError::new(
+                    format!("{path}.replicas"),
+                    pool.replicas,
+                    format!(
+                        "the pools up to this one hold {instances} engine instances; a run holds at most {MAX_INSTANCES} (each keeps its own KV cache tables)"
+                    ),
                 ));
             }
             if !matches!(pool.engine.args, YamlValue::Mapping(_)) {

@@ -8,7 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::FieldError;
+use crate::bounds::{MAX_CALLS, MAX_RATE_PER_S, MAX_SIMULATED_S, MAX_TURNS, check_seconds};
+use crate::error::{FieldError, number};
 use crate::scenario::check_name;
 
 /// All traffic of a run.
@@ -167,6 +168,48 @@ pub struct ClientSpec {
 }
 
 impl ClientSpec {
+    /// The most LLM calls it can send: its requests times the most turns a session can have.
+    pub fn max_calls(&self) -> u64 {
+        let turns = self.session.as_ref().map_or(1, |s| s.turns.max().max(1));
+        self.requests.saturating_mul(u64::from(turns))
+    }
+
+    /// Refuse a client whose calls would not fit a run, or whose offered load would take
+    /// longer than the longest simulated span (`requests / rate`).
+    fn check_size(&self, path: &str, total_rate: Option<f64>) -> Result<(), FieldError> {
+        if self.max_calls() > MAX_CALLS {
+            return Err(FieldError::new(
+                format!("{path}.requests"),
+                self.requests,
+                format!(
+                    "{} calls at most (requests × turns); a run holds at most {MAX_CALLS} (each call's record is kept)",
+                    self.max_calls()
+                ),
+            ));
+        }
+        if let Some(rate) = self.arrival.rate().and_then(|r| r.resolve(total_rate)) {
+            let span = self.requests as f64 / rate;
+            if span > MAX_SIMULATED_S {
+                let field = if self.arrival.rate().is_some_and(|r| r.rate_per_s.is_some()) {
+                    "rate_per_s"
+                } else {
+                    "rate_fraction"
+                };
+                return Err(FieldError::new(
+                    format!("{path}.arrival.{field}"),
+                    number(rate),
+                    format!(
+                        "{} requests at {} per second take about {} s to arrive; at most {MAX_SIMULATED_S:e} s (about 31.7 years) can be simulated",
+                        self.requests,
+                        number(rate),
+                        number(span)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The engine priority of its requests.
     pub fn engine_priority(&self) -> i64 {
         self.priority.or(self.slo_class.map(SloClass::priority)).unwrap_or(0)
@@ -421,11 +464,13 @@ impl LengthDist {
         }
     }
 
-    fn validate(&self, path: &str) -> Result<(), FieldError> {
+    /// Refuse impossible values; `unit` names what is counted (`token`, `turn`).
+    fn validate(&self, path: &str, unit: &str) -> Result<(), FieldError> {
         let at = |field: &str| format!("{path}.{field}");
+        let at_least_one = format!("must be at least 1 {unit}");
         let bounds = |min: u32, max: u32| {
             if min == 0 {
-                Err(FieldError::new(at("min"), 0, "must be at least 1 token"))
+                Err(FieldError::new(at("min"), 0, &at_least_one))
             } else if min > max {
                 Err(FieldError::new(at("max"), max, format!("must not be below min ({min})")))
             } else {
@@ -440,9 +485,7 @@ impl LengthDist {
             }
         };
         match self {
-            LengthDist::Constant { value: 0 } => {
-                Err(FieldError::new(at("value"), 0, "must be at least 1 token"))
-            }
+            LengthDist::Constant { value: 0 } => Err(FieldError::new(at("value"), 0, &at_least_one)),
             LengthDist::Constant { .. } => Ok(()),
             LengthDist::Uniform { min, max } => bounds(*min, *max),
             LengthDist::Normal { mean, std, min, max } | LengthDist::Lognormal { mean, std, min, max } => {
@@ -466,11 +509,7 @@ impl LengthDist {
                     ));
                 }
                 if let Some(i) = values.iter().position(|&v| v == 0) {
-                    return Err(FieldError::new(
-                        format!("{path}.values[{i}]"),
-                        0,
-                        "must be at least 1 token",
-                    ));
+                    return Err(FieldError::new(format!("{path}.values[{i}]"), 0, &at_least_one));
                 }
                 if let Some(i) = weights.iter().position(|w| !(w.is_finite() && *w >= 0.0)) {
                     return Err(FieldError::new(
@@ -496,7 +535,7 @@ impl Duration {
     fn validate(&self, path: &str) -> Result<(), FieldError> {
         let non_negative = |field: &str, value: f64| {
             if value.is_finite() && value >= 0.0 {
-                Ok(())
+                check_seconds(&format!("{path}.{field}"), value)
             } else {
                 Err(FieldError::new(format!("{path}.{field}"), value, "must be a number of seconds ≥ 0"))
             }
@@ -532,10 +571,17 @@ impl Rate {
 
     fn validate(&self, path: &str, total: Option<f64>) -> Result<(), FieldError> {
         match (self.rate_per_s, self.rate_fraction) {
+            (Some(rate), None) if rate.is_finite() && rate > MAX_RATE_PER_S => Err(FieldError::new(
+                format!("{path}.rate_per_s"),
+                number(rate),
+                format!(
+                    "must be at most {MAX_RATE_PER_S:e} requests per second (one per microsecond, the clock's resolution)"
+                ),
+            )),
             (Some(rate), None) if rate.is_finite() && rate > 0.0 => Ok(()),
             (Some(rate), None) => Err(FieldError::new(
                 format!("{path}.rate_per_s"),
-                rate,
+                number(rate),
                 "must be a positive number of requests per second",
             )),
             (None, Some(fraction)) if !(fraction.is_finite() && fraction > 0.0 && fraction <= 1.0) => {
@@ -591,20 +637,34 @@ impl Arrival {
                 }
                 for (i, stage) in stages.iter().enumerate() {
                     let at = format!("{path}.stages[{i}]");
-                    if !(stage.rate_per_s.is_finite() && stage.rate_per_s >= 0.0) {
+                    if !(stage.rate_per_s.is_finite()
+                        && stage.rate_per_s >= 0.0
+                        && stage.rate_per_s <= MAX_RATE_PER_S)
+                    {
                         return Err(FieldError::new(
                             format!("{at}.rate_per_s"),
-                            stage.rate_per_s,
-                            "must be a number of requests per second ≥ 0",
+                            number(stage.rate_per_s),
+                            format!("must be a number of requests per second in [0, {MAX_RATE_PER_S:e}]"),
                         ));
                     }
                     if !(stage.duration_s.is_finite() && stage.duration_s > 0.0) {
                         return Err(FieldError::new(
                             format!("{at}.duration_s"),
-                            stage.duration_s,
+                            number(stage.duration_s),
                             "must be a positive number of seconds",
                         ));
                     }
+                    check_seconds(&format!("{at}.duration_s"), stage.duration_s)?;
+                }
+                let total: f64 = stages.iter().map(|s| s.duration_s).sum();
+                if total > MAX_SIMULATED_S {
+                    return Err(FieldError::new(
+                        format!("{path}.stages"),
+                        format!("{} s in all", number(total)),
+                        format!(
+                            "the stages must last at most {MAX_SIMULATED_S:e} s together, the longest simulated span"
+                        ),
+                    ));
                 }
                 Ok(())
             }
@@ -631,14 +691,15 @@ impl Workload {
         }
         if let Some(import) = &self.inference_perf {
             check_name(&import.name, "workload.inference_perf.name")?;
-            if let Some(cap) = import.stage_duration_cap_s
-                && !(cap.is_finite() && cap > 0.0)
-            {
-                return Err(FieldError::new(
-                    "workload.inference_perf.stage_duration_cap_s",
-                    cap,
-                    "must be a positive number of seconds",
-                ));
+            if let Some(cap) = import.stage_duration_cap_s {
+                if !(cap.is_finite() && cap > 0.0) {
+                    return Err(FieldError::new(
+                        "workload.inference_perf.stage_duration_cap_s",
+                        number(cap),
+                        "must be a positive number of seconds",
+                    ));
+                }
+                check_seconds("workload.inference_perf.stage_duration_cap_s", cap)?;
             }
             if self.clients.iter().any(|c| c.name == import.name)
                 || self.replays.iter().any(|r| r.name == import.name)
@@ -664,14 +725,15 @@ impl Workload {
             }
         }
         if let Some(rate) = self.rate_per_s
-            && !(rate.is_finite() && rate > 0.0)
+            && !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE_PER_S)
         {
             return Err(FieldError::new(
                 "workload.rate_per_s",
-                rate,
-                "must be a positive number of requests per second",
+                number(rate),
+                format!("must be a positive number of requests per second, at most {MAX_RATE_PER_S:e}"),
             ));
         }
+        let mut calls: u64 = 0;
         for (i, client) in self.clients.iter().enumerate() {
             let path = format!("workload.clients[{i}]");
             check_name(&client.name, &format!("{path}.name"))?;
@@ -686,8 +748,8 @@ impl Workload {
                 return Err(FieldError::new(format!("{path}.requests"), 0, "must be at least 1"));
             }
             client.arrival.validate(&format!("{path}.arrival"), self.rate_per_s)?;
-            client.input_tokens.validate(&format!("{path}.input_tokens"))?;
-            client.output_tokens.validate(&format!("{path}.output_tokens"))?;
+            client.input_tokens.validate(&format!("{path}.input_tokens"), "token")?;
+            client.output_tokens.validate(&format!("{path}.output_tokens"), "token")?;
             if let Some(prefix) = client.shared_prefix {
                 if prefix.groups == 0 {
                     return Err(FieldError::new(
@@ -705,8 +767,28 @@ impl Workload {
                 }
             }
             if let Some(session) = &client.session {
-                session.turns.validate(&format!("{path}.session.turns"))?;
+                session.turns.validate(&format!("{path}.session.turns"), "turn")?;
+                if session.turns.max() > MAX_TURNS {
+                    return Err(FieldError::new(
+                        format!("{path}.session.turns"),
+                        format!("up to {}", session.turns.max()),
+                        format!(
+                            "a session has at most {MAX_TURNS} turns (a call's key holds its node in 16 bits)"
+                        ),
+                    ));
+                }
                 session.think_time_s.validate(&format!("{path}.session.think_time_s"))?;
+            }
+            client.check_size(&path, self.rate_per_s)?;
+            calls = calls.saturating_add(client.max_calls());
+            if calls > MAX_CALLS {
+                return Err(FieldError::new(
+                    format!("{path}.requests"),
+                    client.requests,
+                    format!(
+                        "the clients up to this one send up to {calls} calls; a run holds at most {MAX_CALLS} (each call's record is kept)"
+                    ),
+                ));
             }
             if client.priority.is_some() && client.slo_class.is_some() {
                 return Err(FieldError::at(
@@ -714,14 +796,15 @@ impl Workload {
                     "give priority or slo_class, not both (the class sets the priority)",
                 ));
             }
-            if let Some(timeout) = client.timeout_s
-                && !(timeout.is_finite() && timeout > 0.0)
-            {
-                return Err(FieldError::new(
-                    format!("{path}.timeout_s"),
-                    timeout,
-                    "must be a positive number of seconds",
-                ));
+            if let Some(timeout) = client.timeout_s {
+                if !(timeout.is_finite() && timeout > 0.0) {
+                    return Err(FieldError::new(
+                        format!("{path}.timeout_s"),
+                        number(timeout),
+                        "must be a positive number of seconds",
+                    ));
+                }
+                check_seconds(&format!("{path}.timeout_s"), timeout)?;
             }
         }
         Ok(())

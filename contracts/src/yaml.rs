@@ -15,7 +15,7 @@ pub type YamlValue = serde_norway::Value;
 /// Parse `text` as a `T`, refusing unknown fields, wrong types and malformed YAML by path.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, FieldError> {
     let deserializer = serde_norway::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(deserializer).map_err(|e| refusal("", e))
+    serde_path_to_error::deserialize(deserializer).map_err(|e| relocated(text, refusal("", e)))
 }
 
 /// Parse an already-read YAML value found at `path` as a `T`.
@@ -31,11 +31,100 @@ pub fn to_string<T: Serialize>(value: &T) -> Result<String, serde_norway::Error>
 fn refusal(prefix: &str, error: serde_path_to_error::Error<serde_norway::Error>) -> FieldError {
     let inner_path = error.path().to_string();
     let mut cause = error.inner().to_string();
-    // The parser repeats the path at the front of its message; say it once.
-    if let Some(rest) = cause.strip_prefix(&format!("{inner_path}: ")) {
+    // The parser puts the path it knows at the front of its message (for a tagged section, the
+    // enclosing list item's); the refusal's path says it once.
+    if let Some((head, rest)) = cause.split_once(": ")
+        && !head.is_empty()
+        && !head.contains(' ')
+        && inner_path.starts_with(head.trim_end_matches('.'))
+    {
         cause = rest.to_owned();
     }
     FieldError::at(join_path(prefix, &inner_path), cause)
+}
+
+/// A refusal inside a tagged section (an arrival process, a distribution) placed at the value
+/// itself: the parser reads such a section whole and reports the enclosing list item's line, so
+/// the offending value (quoted in the cause) is found in the section's lines of `text`, and the
+/// key holding it joins the path and its line the cause.
+fn relocated(text: &str, refusal: FieldError) -> FieldError {
+    let Some(key) = refusal.path.rsplit('.').next().filter(|k| !k.is_empty() && !k.contains('[')) else {
+        return refusal;
+    };
+    let Some((message, line)) = split_location(&refusal.cause) else { return refusal };
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let bare = |l: &str| l.trim_start().trim_start_matches("- ").trim_start().to_owned();
+    // Only a location at a list item's start can be the enclosing item's; the section's key line
+    // is then searched within that item.
+    let origin = line.saturating_sub(1);
+    if !lines.get(origin).is_some_and(|l| l.trim_start().starts_with("- ")) {
+        return refusal;
+    }
+    let item_end = (origin + 1..lines.len())
+        .find(|&i| !lines[i].trim().is_empty() && indent(lines[i]) <= indent(lines[origin]))
+        .unwrap_or(lines.len());
+    let Some(start) = (origin..item_end).find(|&i| bare(lines[i]).starts_with(&format!("{key}:"))) else {
+        return refusal;
+    };
+    let depth = indent(lines[start]);
+    let end = (start + 1..lines.len())
+        .find(|&i| !lines[i].trim().is_empty() && indent(lines[i]) <= depth)
+        .unwrap_or(lines.len());
+    let found = quoted(message).and_then(|value| {
+        (start..end).find_map(|i| {
+            let after_key = if i == start { lines[i].find(':').map_or(0, |c| c + 1) } else { 0 };
+            value_key(&lines[i][after_key..], value).map(|(field, column)| (i, field, column + after_key))
+        })
+    });
+    match found {
+        Some((i, field, column)) if field != key => FieldError::at(
+            format!("{}.{field}", refusal.path),
+            format!("{message} at line {} column {}", i + 1, column + 1),
+        ),
+        // Already at the right line: nothing to move.
+        _ if start + 1 == line => refusal,
+        _ => FieldError::at(
+            refusal.path,
+            format!("{message} at line {} column {}", start + 1, indent(lines[start]) + 1),
+        ),
+    }
+}
+
+/// The cause without its trailing ` at line L column C`, and L.
+fn split_location(cause: &str) -> Option<(&str, usize)> {
+    let (message, location) = cause.rsplit_once(" at line ")?;
+    let line = location.split_whitespace().next()?.parse().ok()?;
+    Some((message, line))
+}
+
+/// The first value quoted in a parser message (`` `-5` `` or `"x"`).
+fn quoted(message: &str) -> Option<&str> {
+    let start = message.find(['`', '"'])?;
+    let close = message[start..].chars().next()?;
+    let rest = &message[start + 1..];
+    rest.find(close).map(|end| &rest[..end])
+}
+
+/// In `line`, the key whose value is `value` (`key: value`), and the value's column.
+fn value_key(line: &str, value: &str) -> Option<(String, usize)> {
+    let mut from = 0;
+    while let Some(offset) = line[from..].find(value) {
+        let column = from + offset;
+        let before = line[..column].trim_end();
+        let after = line[column + value.len()..].chars().next();
+        let whole = after.is_none_or(|c| matches!(c, ',' | '}' | ']' | ' ' | '#'));
+        if let Some(head) = before.strip_suffix(':')
+            && whole
+        {
+            let field: String = head.chars().rev().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !field.is_empty() {
+                return Some((field.chars().rev().collect(), column));
+            }
+        }
+        from = column + value.len();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -66,6 +155,50 @@ mod tests {
         let e = from_str::<Doc>("items:\n  - n: -1\n").unwrap_err();
         assert_eq!(e.path, "items[0].n");
         assert!(e.cause.contains("-1"), "{e}");
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Tagged {
+        items: Vec<TaggedItem>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct TaggedItem {
+        name: String,
+        length: Length,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields, tag = "dist", rename_all = "kebab-case")]
+    #[allow(dead_code)]
+    enum Length {
+        Uniform { min: u32, max: u32 },
+    }
+
+    #[test]
+    fn a_precise_location_is_kept() {
+        // Outside a tagged section the parser's location is the value's own, and stays.
+        let doc = "items:\n  - name: a\n    length: { dist: uniform, min: 1, max: 2 }\n    max: 3\n";
+        let e = from_str::<Tagged>(doc).unwrap_err();
+        assert_eq!(e.path, "items[0].max", "{e}");
+        assert!(e.cause.contains("at line 4"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_value_in_a_tagged_section_is_reported_at_its_own_line() {
+        let block = "items:\n  - name: a\n    length:\n      dist: uniform\n      min: 5\n      max: -5\n";
+        let e = from_str::<Tagged>(block).unwrap_err();
+        assert_eq!(e.path, "items[0].length.max");
+        assert!(e.cause.ends_with("at line 6 column 12"), "{e}");
+        assert!(!e.cause.contains("items[0]:"), "the path is said once: {e}");
+        let flow = "items:\n  - name: a\n    length: { dist: uniform, min: x, max: 5 }\n";
+        let e = from_str::<Tagged>(flow).unwrap_err();
+        assert_eq!(e.path, "items[0].length.min");
+        assert!(e.cause.ends_with("at line 3 column 35"), "{e}");
     }
 
     #[test]

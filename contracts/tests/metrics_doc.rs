@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use blis_contracts::METRICS;
+use blis_contracts::{Better, METRICS};
 
 fn render() -> String {
     let mut out = String::from(
@@ -18,9 +18,24 @@ fn render() -> String {
          95% Student-t interval (`half_width`; absent with one replication). A steady-state run of\n\
          one replication estimates the latency means from 20 batch means of its measured window\n\
          instead. Calls unfinished at a horizon are never in a latency figure; they are counted in\n\
-         the fates. When a replication is overloaded (its backlog keeps growing) its latency\n\
-         summaries are withheld, and `withheld` says why; when an acceptance condition fails, every\n\
-         figure is withheld.\n\n",
+         the fates. A latency summary with no samples (no call completed) is `null`, never zeros.\n\
+         When a replication is overloaded its latency summaries are withheld, and `withheld` says\n\
+         why (`frame.acceptance.allow_overload: true` reports them anyway); when an acceptance\n\
+         condition fails, every figure is withheld.\n\n\
+         ## Overload\n\n\
+         A replication is overloaded when any of these holds (`docs/RELIABILITY.md` gives the\n\
+         reasons):\n\n\
+         1. its backlog keeps growing: the calls sent and waiting for their first token, sampled\n   \
+         at 200 points over the offered load (until the last arrival), rise over the second half\n   \
+         (a least-squares line through 10 batch means, one-sided t test at 1%) to a fitted end\n   \
+         above twice the first half's mean and at least one waiting call;\n\
+         2. its clients abandon at least as many calls as it serves: at least half of the calls\n   \
+         sent in the second half of the offered load and answered or abandoned timed out;\n\
+         3. the stop rule stopped it: once the calls sent and not yet answered or abandoned reach\n   \
+         10,000 (and at every doubling after) and rule 1 judges their counts so far overloaded,\n   \
+         the run stops there, as at a horizon.\n\n\
+         A closed-loop client's backlog is capped by its concurrency, so it is never overloaded;\n\
+         calls between the turns of a session are not waiting, so long sessions are not either.\n\n",
     );
     for m in METRICS {
         let _ = write!(
@@ -35,7 +50,11 @@ fn render() -> String {
             m.population,
             m.window,
             m.unit,
-            if m.lower_is_better { "lower" } else { "higher" }
+            match m.better {
+                Better::Lower => "lower",
+                Better::Higher => "higher",
+                Better::Neither => "neither (descriptive; a comparison says higher or lower)",
+            }
         );
     }
     out

@@ -241,17 +241,29 @@ impl<M: Message> Simulation<M> {
     /// Run every round up to and including simulated time `horizon`.
     pub fn run_until(&mut self, horizon: SimTime) -> Result<RunEnd, KernelError> {
         loop {
+            if let Some(end) = self.run_rounds(horizon, u64::MAX)? {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// Run at most `rounds` rounds up to and including simulated time `horizon`, jumping
+    /// straight to each next event however far it lies; `None` when rounds remain. A caller
+    /// that reports progress between calls pays for work done, never for simulated idle time.
+    pub fn run_rounds(&mut self, horizon: SimTime, rounds: u64) -> Result<Option<RunEnd>, KernelError> {
+        for _ in 0..rounds {
             let Some(next) = self.next_instant() else {
-                return Ok(RunEnd::Quiescent { at: self.now.time });
+                return Ok(Some(RunEnd::Quiescent { at: self.now.time }));
             };
             if next.time > horizon {
-                return Ok(RunEnd::Horizon { at: horizon });
+                return Ok(Some(RunEnd::Horizon { at: horizon }));
             }
             self.round(next)?;
             if let Some((actor, reason)) = self.halted.take() {
-                return Ok(RunEnd::Halted { at: self.now.time, actor, reason });
+                return Ok(Some(RunEnd::Halted { at: self.now.time, actor, reason }));
             }
         }
+        Ok(None)
     }
 
     /// Run until nothing is pending or an actor halts.

@@ -21,7 +21,7 @@ use std::path::Path;
 use blis_contracts::yaml::{self, YamlValue};
 use blis_contracts::{
     FieldError, InferencePerfBuild, InferencePerfImport, LlmCall, NodeKind, NodeSpec, PromptPart,
-    PromptTokenizer, RequestSpec,
+    PromptTokenizer, RequestSpec, bounds, number,
 };
 use blis_kernel::{Streams, Substream};
 use serde::Deserialize;
@@ -260,16 +260,40 @@ fn plan(
     if profile.load.stages.is_empty() {
         return Err(FieldError::new(at("load.stages"), "[]", "needs at least one stage"));
     }
+    let mut requests = 0.0;
     for (i, stage) in profile.load.stages.iter().enumerate() {
-        if !(stage.rate.is_finite() && stage.rate >= 0.0) {
-            return Err(FieldError::new(at(&format!("load.stages[{i}].rate")), stage.rate, "must be ≥ 0"));
+        if !(stage.rate.is_finite() && stage.rate >= 0.0 && stage.rate <= bounds::MAX_RATE_PER_S) {
+            return Err(FieldError::new(
+                at(&format!("load.stages[{i}].rate")),
+                number(stage.rate),
+                format!("must be in [0, {:e}] requests per second", bounds::MAX_RATE_PER_S),
+            ));
         }
         if !(stage.duration.is_finite() && stage.duration > 0.0) {
             return Err(FieldError::new(
                 at(&format!("load.stages[{i}].duration")),
-                stage.duration,
+                number(stage.duration),
                 "must be > 0",
             ));
+        }
+        bounds::check_seconds(&at(&format!("load.stages[{i}].duration")), stage.duration)?;
+        requests += stage.rate * stage.duration;
+    }
+    if requests > bounds::MAX_CALLS as f64 {
+        return Err(FieldError::new(
+            at("load.stages"),
+            format!("{} requests in all", number(requests)),
+            format!("a run holds at most {} calls (each call's record is kept)", bounds::MAX_CALLS),
+        ));
+    }
+    for (field, value) in
+        [("load.interval", profile.load.interval), ("load.request_timeout", profile.load.request_timeout)]
+    {
+        if let Some(seconds) = value {
+            if !(seconds.is_finite() && seconds >= 0.0) {
+                return Err(FieldError::new(at(field), number(seconds), "must be a number of seconds ≥ 0"));
+            }
+            bounds::check_seconds(&at(field), seconds)?;
         }
     }
     let (system_len, question_len) = (shared.system_prompt_len, shared.question_len);
@@ -311,6 +335,13 @@ fn plan(
         return Err(FieldError::at(
             at("data.shared_prefix"),
             "groups and prompts per group must be at least 1",
+        ));
+    }
+    if u64::from(groups) * u64::from(prompts_per_group) > bounds::MAX_CALLS {
+        return Err(FieldError::new(
+            at("data.shared_prefix"),
+            format!("{groups} groups × {prompts_per_group} prompts"),
+            format!("at most {} prompts are held", bounds::MAX_CALLS),
         ));
     }
     let tokenizer = match (import.tokenizer, import.emulate) {

@@ -60,8 +60,20 @@ impl<F: LineFormat> TraceSource<F> {
                 ));
             }
             last_arrival = spec.arrival_us;
+            // Every format's requests meet the same bounds (token counts, nodes, times).
+            spec.validate(&at)?;
             source.format.check_across(&at, &spec)?;
             requests += 1;
+            if requests > blis_contracts::bounds::MAX_CALLS {
+                return Err(FieldError::new(
+                    label,
+                    path.display(),
+                    format!(
+                        "more than {} requests: a run holds at most that many calls",
+                        blis_contracts::bounds::MAX_CALLS
+                    ),
+                ));
+            }
         }
         if requests == 0 {
             return Err(FieldError::new(label, path.display(), "the workload file holds no request"));

@@ -364,6 +364,13 @@ impl VllmArgs {
                         "cudagraph_capture_sizes should contain at least one element when using cuda graph.",
                     ));
                 }
+                if let Some(i) = given.iter().position(|&size| size == 0) {
+                    return Err(FieldError::new(
+                        format!("{}[{i}]", at("cudagraph_capture_sizes")),
+                        0,
+                        "a capture size is a batch size of at least 1 token",
+                    ));
+                }
                 let mut sizes: Vec<u32> =
                     given.iter().copied().filter(|&size| size <= max_num_batched_tokens).collect();
                 sizes.sort_unstable();

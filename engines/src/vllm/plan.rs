@@ -126,6 +126,49 @@ pub fn plan(
         None => requested_bytes as i64 - used as i64,
     };
     let at = |field: &str| format!("{path}.{field}");
+    let capacity = footprint.gpu_capacity_bytes;
+    if let Some(bytes) = config.kv_cache_memory_bytes
+        && bytes > capacity
+    {
+        return Err(FieldError::new(
+            at("kv_cache_memory_bytes"),
+            bytes,
+            format!(
+                "more than the {:.2} GiB each GPU of {} has: the cache could not be allocated",
+                capacity as f64 / GIB,
+                device.name
+            ),
+        ));
+    }
+    if let Some(blocks) = config.num_gpu_blocks_override
+        && u64::from(blocks).saturating_mul(bytes_per_block) > capacity
+    {
+        return Err(FieldError::new(
+            at("num_gpu_blocks_override"),
+            blocks,
+            format!(
+                "{blocks} blocks of {bytes_per_block} bytes need {:.2} GiB per GPU, more than the {:.2} GiB each GPU of {} has",
+                u64::from(blocks) as f64 * bytes_per_block as f64 / GIB,
+                capacity as f64 / GIB,
+                device.name
+            ),
+        ));
+    }
+    if config.kv_cache_memory_bytes.is_none() && config.num_gpu_blocks_override.is_none() && used >= capacity
+    {
+        return Err(FieldError::new(
+            at("tensor_parallel_size"),
+            tp,
+            format!(
+                "{} needs {:.2} GiB per GPU at tensor parallelism {tp} before any KV cache (weights {:.2} GiB), more than the {:.2} GiB each GPU of {} has: no gpu_memory_utilization can fit it; shard it over more GPUs (a larger tensor_parallel_size)",
+                pool.model.name,
+                used as f64 / GIB,
+                footprint.weights_bytes as f64 / GIB,
+                capacity as f64 / GIB,
+                device.name
+            ),
+        ));
+    }
     if available_kv_bytes <= 0 && config.num_gpu_blocks_override.is_none() {
         return Err(FieldError::new(
             at("gpu_memory_utilization"),
