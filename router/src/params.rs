@@ -231,6 +231,37 @@ impl GoDuration {
     }
 }
 
+impl fmt::Display for GoDuration {
+    /// As Go's `time.Duration.String` prints it (`0s`, `1.5ms`, `-2m30s`, `1h0m0s`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.micros == 0 {
+            return f.write_str("0s");
+        }
+        let sign = if self.micros < 0 { "-" } else { "" };
+        let nanos = u128::from(self.micros.unsigned_abs()) * 1000;
+        let fraction = |value: u128, scale: u128| {
+            let whole = value / scale;
+            let digits = scale.ilog10() as usize;
+            let rest = format!("{:0digits$}", value % scale);
+            let rest = rest.trim_end_matches('0');
+            if rest.is_empty() { whole.to_string() } else { format!("{whole}.{rest}") }
+        };
+        if nanos < 1_000_000 {
+            return write!(f, "{sign}{}µs", fraction(nanos, 1000));
+        }
+        if nanos < 1_000_000_000 {
+            return write!(f, "{sign}{}ms", fraction(nanos, 1_000_000));
+        }
+        let seconds = fraction(nanos % 60_000_000_000, 1_000_000_000);
+        let minutes = nanos / 60_000_000_000;
+        match (minutes / 60, minutes % 60) {
+            (0, 0) => write!(f, "{sign}{seconds}s"),
+            (0, m) => write!(f, "{sign}{m}m{seconds}s"),
+            (h, m) => write!(f, "{sign}{h}h{m}m{seconds}s"),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for GoDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<GoDuration, D::Error> {
         let text = String::deserialize(deserializer)?;
@@ -303,5 +334,21 @@ mod tests {
         assert!(GoDuration::parse("5d").unwrap_err().contains("unknown unit"));
         assert!(GoDuration::parse("").is_err());
         assert!(GoDuration::parse("s").is_err());
+    }
+
+    #[test]
+    fn go_durations_print_as_go_prints_them() {
+        let shown = |text: &str| GoDuration::parse(text).unwrap().to_string();
+        assert_eq!(shown("0s"), "0s");
+        assert_eq!(shown("-0s"), "0s");
+        assert_eq!(shown("1.5ms"), "1.5ms");
+        assert_eq!(shown("200ms"), "200ms");
+        assert_eq!(shown("7us"), "7µs");
+        assert_eq!(shown("-5s"), "-5s");
+        assert_eq!(shown("1.25s"), "1.25s");
+        assert_eq!(shown("90s"), "1m30s");
+        assert_eq!(shown("2m"), "2m0s");
+        assert_eq!(shown("-1h"), "-1h0m0s");
+        assert_eq!(shown("1h2m3.5s"), "1h2m3.5s");
     }
 }

@@ -67,7 +67,10 @@ impl UtilizationDetector {
         if p.metrics_staleness_threshold.micros <= 0 {
             return Err(invalid(
                 "metricsStalenessThreshold",
-                "metricsStalenessThreshold must be strictly positive".to_owned(),
+                format!(
+                    "metricsStalenessThreshold must be strictly positive, got {}",
+                    p.metrics_staleness_threshold
+                ),
             ));
         }
         if p.headroom < 0.0 || p.headroom.is_nan() {
@@ -76,12 +79,21 @@ impl UtilizationDetector {
                 format!("headroom must be a non-negative value, got {:.6}", p.headroom),
             ));
         }
-        Ok(Built::plain(PluginKind::UtilizationDetector(UtilizationDetector {
+        let mut built = Built::plain(PluginKind::UtilizationDetector(UtilizationDetector {
             queue_depth_threshold: p.queue_depth_threshold as u64,
             kv_cache_util_threshold: p.kv_cache_util_threshold,
             metrics_staleness_threshold_us: p.metrics_staleness_threshold.micros as u64,
             headroom: p.headroom,
-        })))
+        }));
+        if p.headroom > 1.0 {
+            built.warnings.push(format!(
+                "Unusually high headroom configured; verify value is a fraction, not a percentage (headroom {}, \
+                 effectiveBurst {:.0}%)",
+                p.headroom,
+                p.headroom * 100.0
+            ));
+        }
+        Ok(built)
     }
 
     fn fresh(&self, view: &View, endpoint: EndpointIndex) -> bool {
