@@ -780,7 +780,7 @@ impl Loader {
                             format!(
                                 "failed to add plugin '{}' to profile '{}': failed to set '{}/{}' as picker, already have a \
                                  registered picker plugin '{}/{}'",
-                                entry.plugin_ref, raw.name, new.type_name, new.name, old.type_name, old.name
+                                entry.plugin_ref, raw.name, new.name, new.type_name, old.name, old.type_name
                             ),
                         ));
                     }
