@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::params::{ParamError, render};
+use crate::params::{ParamError, drop_null_keys, render};
 use crate::plugins::{self, DataKey, PluginKind};
 use crate::registry::{self, Stability, Support};
 use crate::view::PluginInstance;
@@ -313,7 +313,7 @@ pub fn load(document: Option<&Value>, options: LoadOptions) -> Result<RouterConf
 }
 
 fn decode(document: &Value, warnings: &mut Vec<String>) -> Result<RawConfig, ConfigError> {
-    let mut raw: RawConfig = serde_path_to_error::deserialize(document).map_err(|e| {
+    let mut raw: RawConfig = serde_path_to_error::deserialize(&drop_null_keys(document)).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let (path, reason) = match inner.strip_prefix("unknown field `") {

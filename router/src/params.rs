@@ -44,10 +44,11 @@ impl fmt::Display for ParamError {
 }
 
 /// Decode `params` into `T` as upstream's strict decoder would; `None` or `null` gives
-/// `T::default()`.
+/// `T::default()`, and a `null`-valued key anywhere is as if absent ([`drop_null_keys`]).
 pub fn decode<T: DeserializeOwned + Default>(params: Option<&Value>) -> Result<T, ParamError> {
     let Some(value) = params.filter(|v| !v.is_null()) else { return Ok(T::default()) };
-    let folded = match value {
+    let value = drop_null_keys(value);
+    let folded = match &value {
         Value::Object(map) => {
             let fields = struct_fields::<T>();
             let mut folded = serde_json::Map::new();
@@ -89,6 +90,23 @@ pub fn decode<T: DeserializeOwned + Default>(params: Option<&Value>) -> Result<T
         let value = lookup(&folded, &path).map(render);
         ParamError { path, value, reason }
     })
+}
+
+/// `value` without its `null`-valued object keys, at every depth (inside arrays too).
+///
+/// Go's `encoding/json` leaves a value field at its default when given `null`, and sets a
+/// pointer, slice or map field to nil, which every factory reads as "not set"; either way the
+/// key might as well be absent. (One difference is not kept: a `null` *entry* of a map-typed
+/// field, e.g. `matchLabels: {app: null}`, is stored by Go as the empty string and is dropped
+/// here.)
+pub fn drop_null_keys(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), drop_null_keys(v))).collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(drop_null_keys).collect()),
+        other => other.clone(),
+    }
 }
 
 /// The field names serde's derive declares for `T` (empty for a type that is not a struct).
@@ -294,6 +312,33 @@ mod tests {
         assert_eq!(decode::<Sample>(None).unwrap(), Sample::default());
         assert_eq!(decode::<Sample>(Some(&Value::Null)).unwrap(), Sample::default());
         assert_eq!(decode::<Sample>(Some(&json!({}))).unwrap(), Sample::default());
+    }
+
+    #[derive(Debug, Default, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+    struct Nested {
+        inner: Sample,
+        list: Vec<Sample>,
+        cap: Option<i64>,
+    }
+
+    #[test]
+    fn null_valued_keys_keep_their_defaults_at_every_depth() {
+        // A value field keeps its default; an Option (Go's pointer) stays unset.
+        let s = decode::<Sample>(Some(&json!({"blockSizeTokens": null, "ratio": 2.0}))).unwrap();
+        assert_eq!(s, Sample { block_size_tokens: 16, auto_tune: true, ratio: 2.0 });
+        let n = decode::<Nested>(Some(&json!({
+            "inner": {"autoTune": null, "blockSizeTokens": 4},
+            "list": [{"ratio": null}, {"autoTune": false, "ratio": null}],
+            "cap": null,
+        })))
+        .unwrap();
+        assert_eq!(n.inner, Sample { block_size_tokens: 4, ..Sample::default() });
+        assert_eq!(n.list, vec![Sample::default(), Sample { auto_tune: false, ..Sample::default() }]);
+        assert_eq!(n.cap, None);
+        // A null key does not hide an unknown field.
+        let e = decode::<Sample>(Some(&json!({"ratio": null, "bogus": 1}))).unwrap_err();
+        assert_eq!(e.path, "bogus");
     }
 
     #[test]
