@@ -305,3 +305,44 @@ fn null_values_are_absent() {
     assert_eq!(config.data_sources.len(), 1);
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
 }
+
+/// Upstream keeps plugin instances in a map by name, so a default injected under a name a
+/// configured plugin already has replaces it: a scorer named `max-score-picker` in a config
+/// without a picker becomes the injected max-score picker (and is reported inert).
+#[test]
+fn an_injected_default_replaces_a_configured_plugin_of_its_name() {
+    let config = load_yaml(
+        &format!(
+            "{HEAD}plugins:\n- {{name: max-score-picker, type: queue-scorer}}\n- type: kv-cache-utilization-scorer\n\
+             schedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: max-score-picker}}, {{pluginRef: kv-cache-utilization-scorer}}]\n"
+        ),
+        LoadOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(config.plugins[0].type_name, "max-score-picker");
+    assert_eq!(config.profiles[0].picker, 0);
+    assert_eq!(config.profiles[0].scorers, [(1, 1.0)]);
+    assert_eq!(config.inert[0].path, "plugins[0]");
+    let mut router = Router::new(config, vec![endpoint("e0", &[])]);
+    assert!(matches!(
+        router.route(&request(1, &[]), &[0], 0, &mut rng(1)),
+        Decision::Routed { endpoint: 0, .. }
+    ));
+}
+
+/// A consumer of a non-default key with no producer is refused in upstream's words.
+#[test]
+fn a_key_without_a_default_producer_is_refused() {
+    let e = load_yaml(
+        &format!(
+            "{HEAD}plugins:\n- {{type: prefix-cache-scorer, parameters: {{prefixMatchInfoProducerName: ghost}}}}\n"
+        ),
+        LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins", Some("\"PrefixCacheMatchInfo/ghost\"")));
+    assert_eq!(
+        e.reason,
+        "no default producer found for missing data key PrefixCacheMatchInfo/ghost, consumed by prefix-cache-scorer"
+    );
+}
