@@ -23,7 +23,7 @@ fn tie_break(seed: u64) -> Substream {
 }
 
 /// One pick: the targets as (endpoint, score), in order.
-fn pick(p: &Picker, scored: &mut Vec<(u32, f64)>, rng: &mut Substream) -> Vec<(u32, f64)> {
+fn pick(p: &Picker, scored: &mut [(u32, f64)], rng: &mut Substream) -> Vec<(u32, f64)> {
     let mut keys = Vec::new();
     let n = p.pick(scored, rng, &mut keys);
     scored[..n].to_vec()
@@ -48,20 +48,20 @@ fn frequencies(p: &Picker, input: &[(u32, f64)], seed: u64) -> Vec<f64> {
 fn max_score_picker() {
     let mut rng = tie_break(7);
     // "Single max score"
-    let got = pick(&picker("max-score-picker", 1), &mut vec![(1, 10.0), (2, 25.0), (3, 15.0)], &mut rng);
+    let got = pick(&picker("max-score-picker", 1), &mut [(1, 10.0), (2, 25.0), (3, 15.0)], &mut rng);
     assert_eq!(got, vec![(2, 25.0)]);
     // "Multiple max scores, all are equally scored"
-    let mut got = pick(&picker("max-score-picker", 2), &mut vec![(1, 50.0), (2, 50.0), (3, 30.0)], &mut rng);
+    let mut got = pick(&picker("max-score-picker", 2), &mut [(1, 50.0), (2, 50.0), (3, 30.0)], &mut rng);
     got.sort_by_key(|&(e, _)| e);
     assert_eq!(got, vec![(1, 50.0), (2, 50.0)]);
     // "Multiple results sorted by highest score, more pods than needed"
-    let got = pick(&picker("max-score-picker", 2), &mut vec![(1, 20.0), (2, 25.0), (3, 30.0)], &mut rng);
+    let got = pick(&picker("max-score-picker", 2), &mut [(1, 20.0), (2, 25.0), (3, 30.0)], &mut rng);
     assert_eq!(got, vec![(3, 30.0), (2, 25.0)]);
     // "Multiple results sorted by highest score, less pods than needed"
-    let got = pick(&picker("max-score-picker", 4), &mut vec![(1, 20.0), (2, 25.0), (3, 30.0)], &mut rng);
+    let got = pick(&picker("max-score-picker", 4), &mut [(1, 20.0), (2, 25.0), (3, 30.0)], &mut rng);
     assert_eq!(got, vec![(3, 30.0), (2, 25.0), (1, 20.0)]);
     // "Multiple results sorted by highest score, num of pods exactly needed"
-    let got = pick(&picker("max-score-picker", 3), &mut vec![(1, 30.0), (2, 25.0), (3, 30.0)], &mut rng);
+    let got = pick(&picker("max-score-picker", 3), &mut [(1, 30.0), (2, 25.0), (3, 30.0)], &mut rng);
     let mut ties = got[..2].to_vec();
     ties.sort_by_key(|&(e, _)| e);
     assert_eq!(ties, vec![(1, 30.0), (3, 30.0)]);
@@ -74,7 +74,9 @@ fn max_score_picker() {
 #[test]
 fn random_picker() {
     let three = [(0, 10.0), (1, 20.0), (2, 30.0)];
-    let cases: [(&str, i64, &[(u32, f64)], usize); 4] = [
+    // (case, maxNumOfEndpoints, candidates, numPods)
+    type Case<'a> = (&'static str, i64, &'a [(u32, f64)], usize);
+    let cases: [Case; 4] = [
         ("Single endpoint returned from multiple candidates", 1, &three, 1),
         ("Multiple endpoints returned, more candidates than needed", 2, &three, 2),
         ("Fewer candidates than maxNumOfEndpoints", 5, &three[..2], 2),
@@ -140,7 +142,7 @@ fn weighted_random_zero_score_sorts_last() {
     let p = picker("weighted-random-picker", 2);
     let mut rng = tie_break(9);
     for _ in 0..100 {
-        let got = pick(&p, &mut vec![(0, 0.0), (1, 5.0)], &mut rng);
+        let got = pick(&p, &mut [(0, 0.0), (1, 5.0)], &mut rng);
         assert_eq!(got, vec![(1, 5.0), (0, 0.0)]);
     }
 }

@@ -280,7 +280,9 @@ fn simple_token_estimator_estimate_output() {
         }
         producer(Some(params))
     };
-    let cases: [(&str, f64, Option<i64>, u64, Option<u64>, u64); 10] = [
+    // (case, ratio, operator cap, input, client cap, expected)
+    type Case = (&'static str, f64, Option<i64>, u64, Option<u64>, u64);
+    let cases: [Case; 10] = [
         ("Zero input", 2.0, None, 0, None, 0),
         ("Positive input, no caps", 2.0, None, 8, None, 16),
         ("Zero ratio", 0.0, None, 100, None, 0),

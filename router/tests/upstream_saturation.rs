@@ -75,7 +75,9 @@ fn detector_filter() {
     let d = detector(json!({
         "queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.80, "metricsStalenessThreshold": "100ms", "headroom": 0.2
     }));
-    let cases: [(&str, Vec<(u64, f64, u64)>, usize); 7] = [
+    // (case, pods as (queue, kv, age ms), survivors)
+    type Case = (&'static str, Vec<(u64, f64, u64)>, usize);
+    let cases: [Case; 7] = [
         ("All pass - under thresholds", vec![(1, 0.1, 0), (4, 0.7, 0)], 2),
         ("Pass - at threshold but under burst", vec![(5, 0.8, 0)], 1),
         ("Pass - in headroom burst", vec![(5, 0.9, 0)], 1),
