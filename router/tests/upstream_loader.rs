@@ -620,3 +620,31 @@ fn metrics_data_source_factory() {
     let e = metrics_source(json!({"interval": "5"})).unwrap_err();
     assert!(e.reason.ends_with("invalid interval \"5\": time: missing unit in duration \"5\""), "{e}");
 }
+
+/// upstream: configloader_test.go::TestValidateSaturationDetector ("Valid PluginRef", "Invalid
+/// PluginRef"; "Empty PluginRef" cannot reach validation through the loader, because
+/// ::TestEnsureSaturationDetector's defaulting turns an empty ref into `utilization-detector`
+/// first) and the loader's type check on the referenced plugin.
+#[test]
+fn saturation_detector_references() {
+    let config = ok("plugins:\n- {name: valid-plugin, type: utilization-detector}\n\
+                     flowControl:\n  saturationDetector: {pluginRef: valid-plugin}\n");
+    assert_eq!(config.plugins[config.saturation_detector].name, "valid-plugin");
+    let config =
+        ok("plugins:\n- {type: queue-scorer}\nflowControl:\n  saturationDetector: {pluginRef: \"\"}\n");
+    assert_eq!(config.plugins[config.saturation_detector].name, "utilization-detector");
+    let e = err("plugins:\n- {name: other-plugin, type: utilization-detector}\n\
+                 flowControl:\n  saturationDetector: {pluginRef: valid-plugin}\n");
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref(), e.reason.as_str()),
+        (
+            "flowControl.saturationDetector.pluginRef",
+            Some("\"valid-plugin\""),
+            "saturation detector references undefined plugin 'valid-plugin'"
+        )
+    );
+    let e = err(
+        "plugins:\n- {name: q, type: queue-scorer}\nflowControl:\n  saturationDetector: {pluginRef: q}\n",
+    );
+    assert_eq!(e.reason, "plugin 'q' is not a fwkfc.SaturationDetector");
+}
