@@ -3,7 +3,7 @@
 //! type and extreme sizes, random profiles, references, weights, feature gates and dataLayer /
 //! flowControl / requestHandler sections), and whenever it accepts one, routing requests over a
 //! few endpoints with random scrapes never panics and returns a target among the candidates or
-//! a refusal.
+//! a refusal, and the same again from the same state and seed.
 
 mod common;
 
@@ -298,8 +298,15 @@ fn step() -> impl Strategy<Value = Step> {
     (0usize..300, -1i64..=1, any::<u8>(), prop::option::of(0u64..1000), any::<bool>(), any::<bool>())
 }
 
-fn routes(router: &mut Router, endpoints: usize, steps: &[Step], seed: u64) -> Result<(), TestCaseError> {
+/// Route `steps`, checking each decision; the decisions in order.
+fn routes(
+    router: &mut Router,
+    endpoints: usize,
+    steps: &[Step],
+    seed: u64,
+) -> Result<Vec<Decision>, TestCaseError> {
     let mut r = rng(seed);
+    let mut decisions = Vec::new();
     for (key, &(len, priority, mask, max_tokens, chunk, end)) in steps.iter().enumerate() {
         let candidates: Vec<u32> = (0..endpoints as u32).filter(|e| mask & (1 << e) != 0).collect();
         let prompt: Vec<u32> = (0..len as u32).map(|t| t % 97).collect();
@@ -311,16 +318,18 @@ fn routes(router: &mut Router, endpoints: usize, steps: &[Step], seed: u64) -> R
             cache_salt: b"",
             max_tokens,
         };
-        match router.route(&request, &candidates, 1_000 * key as u64, &mut r) {
+        let decision = router.route(&request, &candidates, 1_000 * key as u64, &mut r);
+        match &decision {
             Decision::Routed { endpoint, targets, .. } => {
-                prop_assert!(candidates.contains(&endpoint), "{endpoint} not in {candidates:?}");
-                prop_assert_eq!(targets.first(), Some(&endpoint));
+                prop_assert!(candidates.contains(endpoint), "{endpoint} not in {candidates:?}");
+                prop_assert_eq!(targets.first(), Some(endpoint));
                 prop_assert!(targets.iter().all(|t| candidates.contains(t)));
             }
             Decision::Refused { status, reason } => {
                 prop_assert!(matches!(status, 429 | 503), "{status} {reason}");
             }
         }
+        decisions.push(decision);
         if chunk {
             router.first_chunk(key as u64);
         }
@@ -328,7 +337,7 @@ fn routes(router: &mut Router, endpoints: usize, steps: &[Step], seed: u64) -> R
             router.end(key as u64);
         }
     }
-    Ok(())
+    Ok(decisions)
 }
 
 proptest! {
@@ -359,7 +368,10 @@ proptest! {
                 router.record_scrape(*e, s, 500);
             }
         }
-        routes(&mut router, endpoints, &steps, seed)?;
+        // Deterministic: the same router state and seed decide the same way.
+        let mut twin = router.clone();
+        let decisions = routes(&mut router, endpoints, &steps, seed)?;
+        prop_assert_eq!(format!("{decisions:?}"), format!("{:?}", routes(&mut twin, endpoints, &steps, seed)?));
     }
 
     /// The accepted configs are not only the trivial ones: the default config routes.
