@@ -1,6 +1,7 @@
 //! Fixtures shared by the ported upstream tests: endpoints, scrapes, views over plugin state,
 //! and the routing loop, all built through the crate's public API.
 
+// Each test binary includes this module and uses a subset of it.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
