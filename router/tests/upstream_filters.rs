@@ -681,3 +681,20 @@ fn utilization_filter_factory_and_consumes() {
     );
     assert_eq!(required(&active), ["InFlightLoad/inflight-load-producer"]);
 }
+
+/// Go's encoding/json matches field names case-insensitively at every depth, so nested
+/// parameters written in another case load as upstream loads them.
+#[test]
+fn nested_parameter_names_fold_as_go_folds_them() {
+    let kind = build(
+        "utilization-filter",
+        Some(json!({"Conditions": [{"Metric": "waiting-queue", "MAXVALUE": 0}]})),
+    );
+    let PluginKind::UtilizationFilter(f) = kind else { unreachable!() };
+    assert_eq!(f.conditions.len(), 1);
+    let kind = build(
+        "label-selector-filter",
+        Some(json!({"MatchExpressions": [{"Key": "tier", "Operator": "In", "Values": ["frontend"]}]})),
+    );
+    assert_eq!(run_filter(&kind, &selector_pods()), ["nginx-1", "nginx-2", "web-1"]);
+}
