@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::params::{ParamError, render};
+use crate::params::{ParamError, drop_null_keys, render};
 use crate::plugins::{self, DataKey, PluginKind};
 use crate::registry::{self, Stability, Support};
 use crate::view::PluginInstance;
@@ -313,7 +313,7 @@ pub fn load(document: Option<&Value>, options: LoadOptions) -> Result<RouterConf
 }
 
 fn decode(document: &Value, warnings: &mut Vec<String>) -> Result<RawConfig, ConfigError> {
-    let mut raw: RawConfig = serde_path_to_error::deserialize(document).map_err(|e| {
+    let mut raw: RawConfig = serde_path_to_error::deserialize(&drop_null_keys(document)).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let (path, reason) = match inner.strip_prefix("unknown field `") {
@@ -593,7 +593,9 @@ impl Loader {
     }
 
     /// `registerDefaultPlugin`: instantiate `type_name` with no parameters, named after its
-    /// type, and add it to the plugin list; `why` says which default injected it.
+    /// type, and add it to the plugin list; `why` says which default injected it. Upstream
+    /// stores instances in a map by name, so a configured plugin that already bears the name
+    /// (say a scorer named `max-score-picker`) is replaced by the default, as there.
     fn register_default(&mut self, type_name: &str, why: &str) -> Result<usize, ConfigError> {
         if registry::plugin_type(type_name).is_none() {
             return Err(ConfigError::value(
@@ -603,6 +605,17 @@ impl Loader {
             ));
         }
         let instance = self.instantiate(type_name, type_name, None, why)?;
+        if let Some(at) = self.index(type_name) {
+            self.inert.push(InertSetting {
+                path: format!("plugins[{at}]"),
+                reason: format!(
+                    "replaced by the default {type_name} upstream injects under the same name (its instances are kept \
+                     in a map by name)"
+                ),
+            });
+            self.plugins[at] = instance;
+            return Ok(at);
+        }
         self.plugins.push(instance);
         Ok(self.plugins.len() - 1)
     }
@@ -780,7 +793,7 @@ impl Loader {
                             format!(
                                 "failed to add plugin '{}' to profile '{}': failed to set '{}/{}' as picker, already have a \
                                  registered picker plugin '{}/{}'",
-                                entry.plugin_ref, raw.name, new.type_name, new.name, old.type_name, old.name
+                                entry.plugin_ref, raw.name, new.name, new.type_name, old.name, old.type_name
                             ),
                         ));
                     }
@@ -939,9 +952,7 @@ impl Loader {
                         "plugins",
                         &key.to_string(),
                         format!(
-                            "no default producer for data key {key}, consumed by {consumer} (define a plugin named \
-                             {} that produces it)",
-                            key.producer
+                            "no default producer found for missing data key {key}, consumed by {consumer}"
                         ),
                     ));
                 }

@@ -4,9 +4,9 @@
 //! `DisallowUnknownFields` (`pkg/epp/framework/interface/plugin/registry.go::StrictDecoder`):
 //! absent or empty parameters give the factory's defaults, an unknown field is an error, a value
 //! of the wrong JSON type is an error, and — a Go subtlety we keep — a field name matches its
-//! struct field case-insensitively when no exact match exists. [`decode`] does the same for a
-//! serde struct with `#[serde(deny_unknown_fields, default)]`. Go durations (`"200ms"`, `"1m30s"`)
-//! are read by [`GoDuration`].
+//! struct field case-insensitively when no exact match exists, at every depth. [`decode`] does
+//! the same for a serde struct with `#[serde(deny_unknown_fields, default)]`. Go durations
+//! (`"200ms"`, `"1m30s"`) are read by [`GoDuration`].
 
 use std::fmt;
 
@@ -44,36 +44,18 @@ impl fmt::Display for ParamError {
 }
 
 /// Decode `params` into `T` as upstream's strict decoder would; `None` or `null` gives
-/// `T::default()`.
+/// `T::default()`, and a `null`-valued key anywhere is as if absent ([`drop_null_keys`]).
 pub fn decode<T: DeserializeOwned + Default>(params: Option<&Value>) -> Result<T, ParamError> {
     let Some(value) = params.filter(|v| !v.is_null()) else { return Ok(T::default()) };
-    let folded = match value {
-        Value::Object(map) => {
-            let fields = struct_fields::<T>();
-            let mut folded = serde_json::Map::new();
-            for (key, v) in map {
-                let name = if fields.contains(&key.as_str()) {
-                    key.clone()
-                } else {
-                    // encoding/json: an exact match first, else a case-insensitive one.
-                    fields
-                        .iter()
-                        .find(|f| f.eq_ignore_ascii_case(key))
-                        .map_or(key.clone(), |f| (*f).to_owned())
-                };
-                folded.insert(name, v.clone());
-            }
-            Value::Object(folded)
-        }
-        other => {
-            return Err(ParamError {
-                path: String::new(),
-                value: Some(render(other)),
-                reason: format!("json: cannot unmarshal {} into the plugin's parameters", json_kind(other)),
-            });
-        }
-    };
-    serde_path_to_error::deserialize(&folded).map_err(|e| {
+    let value = drop_null_keys(value);
+    if !value.is_object() {
+        return Err(ParamError {
+            path: String::new(),
+            value: Some(render(&value)),
+            reason: format!("json: cannot unmarshal {} into the plugin's parameters", json_kind(&value)),
+        });
+    }
+    serde_path_to_error::deserialize(GoJson(&value)).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { String::new() } else { path };
         let inner = e.into_inner().to_string();
@@ -86,50 +68,138 @@ pub fn decode<T: DeserializeOwned + Default>(params: Option<&Value>) -> Result<T
             }
             None => format!("json: {inner}"),
         };
-        let value = lookup(&folded, &path).map(render);
+        let value = lookup(&value, &path).map(render);
         ParamError { path, value, reason }
     })
 }
 
-/// The field names serde's derive declares for `T` (empty for a type that is not a struct).
-fn struct_fields<T: DeserializeOwned>() -> &'static [&'static str] {
-    struct Capture<'a>(&'a mut &'static [&'static str]);
-    #[derive(Debug)]
-    struct Captured;
-    impl fmt::Display for Captured {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("fields captured")
+/// `value` without its `null`-valued object keys, at every depth (inside arrays too).
+///
+/// Go's `encoding/json` leaves a value field at its default when given `null`, and sets a
+/// pointer, slice or map field to nil, which every factory reads as "not set"; either way the
+/// key might as well be absent. (One difference is not kept: a `null` *entry* of a map-typed
+/// field, e.g. `matchLabels: {app: null}`, is stored by Go as the empty string and is dropped
+/// here.)
+pub fn drop_null_keys(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), drop_null_keys(v))).collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(drop_null_keys).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A JSON value read as Go's `encoding/json` reads it into structs: a key matches its struct
+/// field exactly, or else case-insensitively, at every depth (map keys are never folded).
+struct GoJson<'de>(&'de Value);
+
+impl<'de> Deserializer<'de> for GoJson<'de> {
+    type Error = serde_json::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Array(items) => visitor.visit_seq(GoSeq(items.iter())),
+            Value::Object(map) => visitor.visit_map(GoMap { entries: map.iter(), fields: &[], value: None }),
+            other => other.deserialize_any(visitor),
         }
     }
-    impl std::error::Error for Captured {}
-    impl de::Error for Captured {
-        fn custom<M: fmt::Display>(_: M) -> Self {
-            Captured
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        if self.0.is_null() { visitor.visit_none() } else { visitor.visit_some(self) }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Array(items) => visitor.visit_seq(GoSeq(items.iter())),
+            other => other.deserialize_seq(visitor),
         }
     }
-    impl<'de> Deserializer<'de> for Capture<'_> {
-        type Error = Captured;
-        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Captured> {
-            Err(Captured)
-        }
-        fn deserialize_struct<V: Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Captured> {
-            *self.0 = fields;
-            Err(Captured)
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-            ignored_any
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Object(map) => visitor.visit_map(GoMap { entries: map.iter(), fields: &[], value: None }),
+            other => other.deserialize_map(visitor),
         }
     }
-    let mut fields: &'static [&'static str] = &[];
-    let _ = T::deserialize(Capture(&mut fields));
-    fields
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Object(map) => visitor.visit_map(GoMap { entries: map.iter(), fields, value: None }),
+            other => other.deserialize_struct(name, fields, visitor),
+        }
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        self.0.deserialize_enum(name, variants, visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct tuple tuple_struct identifier ignored_any
+    }
+}
+
+/// The elements of a JSON array, each read as [`GoJson`].
+struct GoSeq<'de>(std::slice::Iter<'de, Value>);
+
+impl<'de> de::SeqAccess<'de> for GoSeq<'de> {
+    type Error = serde_json::Error;
+
+    fn next_element_seed<T: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Self::Error> {
+        self.0.next().map(|v| seed.deserialize(GoJson(v))).transpose()
+    }
+}
+
+/// The entries of a JSON object, keys folded onto `fields` (a struct's) as Go matches them.
+struct GoMap<'de> {
+    entries: serde_json::map::Iter<'de>,
+    fields: &'static [&'static str],
+    value: Option<&'de Value>,
+}
+
+impl<'de> de::MapAccess<'de> for GoMap<'de> {
+    type Error = serde_json::Error;
+
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Self::Error> {
+        let Some((key, value)) = self.entries.next() else { return Ok(None) };
+        self.value = Some(value);
+        let name: &'de str = if self.fields.contains(&key.as_str()) {
+            key
+        } else {
+            self.fields.iter().copied().find(|f| f.eq_ignore_ascii_case(key)).unwrap_or(key)
+        };
+        seed.deserialize(de::value::BorrowedStrDeserializer::new(name)).map(Some)
+    }
+
+    fn next_value_seed<T: de::DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, Self::Error> {
+        let value = self.value.take().ok_or_else(|| de::Error::custom("a value without its key"))?;
+        seed.deserialize(GoJson(value))
+    }
 }
 
 fn join(path: &str, name: &str) -> String {
@@ -145,13 +215,19 @@ fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
         current = match part.split_once('[') {
             Some((name, index)) => {
                 let index: usize = index.trim_end_matches(']').parse().ok()?;
-                let base = if name.is_empty() { current } else { current.get(name)? };
+                let base = if name.is_empty() { current } else { field(current, name)? };
                 base.get(index)?
             }
-            None => current.get(part)?,
+            None => field(current, part)?,
         };
     }
     Some(current)
+}
+
+/// The member `name` of an object: the exact key, else one matching case-insensitively.
+fn field<'a>(value: &'a Value, name: &str) -> Option<&'a Value> {
+    let map = value.as_object()?;
+    map.get(name).or_else(|| map.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v))
 }
 
 /// A JSON value for a message, cut to a readable length.
@@ -231,6 +307,37 @@ impl GoDuration {
     }
 }
 
+impl fmt::Display for GoDuration {
+    /// As Go's `time.Duration.String` prints it (`0s`, `1.5ms`, `-2m30s`, `1h0m0s`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.micros == 0 {
+            return f.write_str("0s");
+        }
+        let sign = if self.micros < 0 { "-" } else { "" };
+        let nanos = u128::from(self.micros.unsigned_abs()) * 1000;
+        let fraction = |value: u128, scale: u128| {
+            let whole = value / scale;
+            let digits = scale.ilog10() as usize;
+            let rest = format!("{:0digits$}", value % scale);
+            let rest = rest.trim_end_matches('0');
+            if rest.is_empty() { whole.to_string() } else { format!("{whole}.{rest}") }
+        };
+        if nanos < 1_000_000 {
+            return write!(f, "{sign}{}µs", fraction(nanos, 1000));
+        }
+        if nanos < 1_000_000_000 {
+            return write!(f, "{sign}{}ms", fraction(nanos, 1_000_000));
+        }
+        let seconds = fraction(nanos % 60_000_000_000, 1_000_000_000);
+        let minutes = nanos / 60_000_000_000;
+        match (minutes / 60, minutes % 60) {
+            (0, 0) => write!(f, "{sign}{seconds}s"),
+            (0, m) => write!(f, "{sign}{m}m{seconds}s"),
+            (h, m) => write!(f, "{sign}{h}h{m}m{seconds}s"),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for GoDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<GoDuration, D::Error> {
         let text = String::deserialize(deserializer)?;
@@ -265,6 +372,33 @@ mod tests {
         assert_eq!(decode::<Sample>(Some(&json!({}))).unwrap(), Sample::default());
     }
 
+    #[derive(Debug, Default, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+    struct Nested {
+        inner: Sample,
+        list: Vec<Sample>,
+        cap: Option<i64>,
+    }
+
+    #[test]
+    fn null_valued_keys_keep_their_defaults_at_every_depth() {
+        // A value field keeps its default; an Option (Go's pointer) stays unset.
+        let s = decode::<Sample>(Some(&json!({"blockSizeTokens": null, "ratio": 2.0}))).unwrap();
+        assert_eq!(s, Sample { block_size_tokens: 16, auto_tune: true, ratio: 2.0 });
+        let n = decode::<Nested>(Some(&json!({
+            "inner": {"autoTune": null, "blockSizeTokens": 4},
+            "list": [{"ratio": null}, {"autoTune": false, "ratio": null}],
+            "cap": null,
+        })))
+        .unwrap();
+        assert_eq!(n.inner, Sample { block_size_tokens: 4, ..Sample::default() });
+        assert_eq!(n.list, vec![Sample::default(), Sample { auto_tune: false, ..Sample::default() }]);
+        assert_eq!(n.cap, None);
+        // A null key does not hide an unknown field.
+        let e = decode::<Sample>(Some(&json!({"ratio": null, "bogus": 1}))).unwrap_err();
+        assert_eq!(e.path, "bogus");
+    }
+
     #[test]
     fn unknown_fields_are_refused_by_name_as_go_words_it() {
         let e = decode::<Sample>(Some(&json!({"blockSizeTokens": 4, "prt": 7080}))).unwrap_err();
@@ -276,6 +410,24 @@ mod tests {
     fn field_names_match_case_insensitively_as_in_encoding_json() {
         let s = decode::<Sample>(Some(&json!({"BlockSizeTokens": 4, "autotune": false}))).unwrap();
         assert_eq!(s, Sample { block_size_tokens: 4, auto_tune: false, ratio: 1.5 });
+    }
+
+    #[test]
+    fn nested_field_names_match_case_insensitively_too() {
+        let n = decode::<Nested>(Some(&json!({
+            "Inner": {"BLOCKSIZETOKENS": 8},
+            "list": [{"AutoTune": false}],
+        })))
+        .unwrap();
+        assert_eq!(n.inner.block_size_tokens, 8);
+        assert!(!n.list[0].auto_tune);
+        let e = decode::<Nested>(Some(&json!({"list": [{"Ratio": "x"}]}))).unwrap_err();
+        assert_eq!((e.path.as_str(), e.value.as_deref()), ("list[0].ratio", Some("\"x\"")));
+        let e = decode::<Nested>(Some(&json!({"inner": {"blockSize": 1}}))).unwrap_err();
+        assert_eq!(
+            (e.path.as_str(), e.reason.as_str()),
+            ("inner.blockSize", "json: unknown field \"blockSize\"")
+        );
     }
 
     #[test]
@@ -303,5 +455,21 @@ mod tests {
         assert!(GoDuration::parse("5d").unwrap_err().contains("unknown unit"));
         assert!(GoDuration::parse("").is_err());
         assert!(GoDuration::parse("s").is_err());
+    }
+
+    #[test]
+    fn go_durations_print_as_go_prints_them() {
+        let shown = |text: &str| GoDuration::parse(text).unwrap().to_string();
+        assert_eq!(shown("0s"), "0s");
+        assert_eq!(shown("-0s"), "0s");
+        assert_eq!(shown("1.5ms"), "1.5ms");
+        assert_eq!(shown("200ms"), "200ms");
+        assert_eq!(shown("7us"), "7µs");
+        assert_eq!(shown("-5s"), "-5s");
+        assert_eq!(shown("1.25s"), "1.25s");
+        assert_eq!(shown("90s"), "1m30s");
+        assert_eq!(shown("2m"), "2m0s");
+        assert_eq!(shown("-1h"), "-1h0m0s");
+        assert_eq!(shown("1h2m3.5s"), "1h2m3.5s");
     }
 }

@@ -74,7 +74,11 @@ impl ByLabel {
             valid_values: p.valid_values,
             allows_no_label: p.allows_no_label,
         }));
-        built.warnings.push("by-label is deprecated since v0.9.0; use label-selector-filter".to_owned());
+        built.warnings.push(
+            "Deprecated: plugin type 'by-label' is deprecated, use 'label-selector-filter' for generic label \
+             filtering or 'decode-filter'/'prefill-filter'/'encode-filter' for role-based filtering"
+                .to_owned(),
+        );
         Ok(built)
     }
 
@@ -111,29 +115,37 @@ pub struct LabelRequirement {
 
 impl LabelSelector {
     pub(super) fn build(type_name: &str, params: Option<&Value>) -> Result<Built, ParamError> {
-        let selector: LabelSelector = decode(params).map_err(|e| prefixed(e, type_name, "filter"))?;
+        // Upstream names the canonical type in the decode error, for the deprecated alias too.
+        let selector: LabelSelector =
+            decode(params).map_err(|e| prefixed(e, "label-selector-filter", "filter"))?;
+        // `metav1.LabelSelectorAsSelector` then `labels.NewRequirement`, in apimachinery's words.
         for (i, requirement) in selector.match_expressions.iter().enumerate() {
             let path = format!("matchExpressions[{i}]");
-            let values = requirement.values.len();
-            let problem = match requirement.operator.as_str() {
-                "In" | "NotIn" if values == 0 => {
-                    Some("values: Required value: must be specified when `operator` is 'In' or 'NotIn'")
-                }
-                "Exists" | "DoesNotExist" if values > 0 => Some(
-                    "values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            let values = &requirement.values;
+            let (field, why) = match requirement.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => (
+                    "values",
+                    "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty"
+                        .to_owned(),
                 ),
-                "In" | "NotIn" | "Exists" | "DoesNotExist" => None,
-                _ => Some("operator: not a valid selector operator"),
+                "Exists" | "DoesNotExist" if !values.is_empty() => (
+                    "values",
+                    format!(
+                        "values: Invalid value: {}: values set must be empty for exists and does not exist",
+                        go_string_slice(values)
+                    ),
+                ),
+                "In" | "NotIn" | "Exists" | "DoesNotExist" => continue,
+                other => ("operator", format!("{other:?} is not a valid label selector operator")),
             };
-            if let Some(why) = problem {
-                return Err(ParamError::invalid(params, &path, why));
-            }
+            return Err(ParamError::invalid(params, &format!("{path}.{field}"), why));
         }
         let mut built = Built::plain(PluginKind::LabelSelectorFilter(selector));
         if type_name == "by-label-selector" {
-            built
-                .warnings
-                .push("by-label-selector is deprecated since v0.9.0; use label-selector-filter".to_owned());
+            built.warnings.push(
+                "Deprecated: plugin type 'by-label-selector' is deprecated, use 'label-selector-filter' instead"
+                    .to_owned(),
+            );
         }
         Ok(built)
     }
@@ -151,6 +163,12 @@ impl LabelSelector {
                 }
             })
     }
+}
+
+/// A string list as Go's `%#v` prints it (`[]string{"a", "b"}`).
+fn go_string_slice(values: &[String]) -> String {
+    let items: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    format!("[]string{{{}}}", items.join(", "))
 }
 
 /// `utilization-filter` (Alpha): drop endpoints over any configured cap

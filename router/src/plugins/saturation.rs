@@ -49,39 +49,41 @@ impl UtilizationDetector {
             e.reason = format!("failed to unmarshal utilization detector config: {}", e.reason);
             e
         })?;
-        let invalid = |path: &str, why: String| {
-            ParamError::invalid(params, path, format!("invalid utilization detector configuration: {why}"))
-        };
+        let mut problems = Vec::new();
         if p.queue_depth_threshold <= 0 {
-            return Err(invalid(
+            problems.push((
                 "queueDepthThreshold",
                 format!("queueDepthThreshold must be strictly positive, got {}", p.queue_depth_threshold),
             ));
         }
         if !(p.kv_cache_util_threshold > 0.0 && p.kv_cache_util_threshold <= 1.0) {
-            return Err(invalid(
+            problems.push((
                 "kvCacheUtilThreshold",
                 format!("kvCacheUtilThreshold must be in (0.0, 1.0], got {:.6}", p.kv_cache_util_threshold),
             ));
         }
         if p.metrics_staleness_threshold.micros <= 0 {
-            return Err(invalid(
+            problems.push((
                 "metricsStalenessThreshold",
-                "metricsStalenessThreshold must be strictly positive".to_owned(),
+                format!(
+                    "metricsStalenessThreshold must be strictly positive, got {}",
+                    p.metrics_staleness_threshold
+                ),
             ));
         }
         if p.headroom < 0.0 || p.headroom.is_nan() {
-            return Err(invalid(
-                "headroom",
-                format!("headroom must be a non-negative value, got {:.6}", p.headroom),
-            ));
+            problems
+                .push(("headroom", format!("headroom must be a non-negative value, got {:.6}", p.headroom)));
         }
-        Ok(Built::plain(PluginKind::UtilizationDetector(UtilizationDetector {
+        refuse_joined(params, "invalid utilization detector configuration", problems)?;
+        let mut built = Built::plain(PluginKind::UtilizationDetector(UtilizationDetector {
             queue_depth_threshold: p.queue_depth_threshold as u64,
             kv_cache_util_threshold: p.kv_cache_util_threshold,
             metrics_staleness_threshold_us: p.metrics_staleness_threshold.micros as u64,
             headroom: p.headroom,
-        })))
+        }));
+        built.warnings.extend(high_headroom(p.headroom));
+        Ok(built)
     }
 
     fn fresh(&self, view: &View, endpoint: EndpointIndex) -> bool {
@@ -125,6 +127,29 @@ impl UtilizationDetector {
             out.extend_from_slice(input);
         }
     }
+}
+
+/// Upstream's `errors.Join` of every failed check, under `context`, placed at the first
+/// failing field.
+fn refuse_joined(
+    params: Option<&Value>,
+    context: &str,
+    problems: Vec<(&str, String)>,
+) -> Result<(), ParamError> {
+    let Some((path, _)) = problems.first() else { return Ok(()) };
+    let joined: Vec<&str> = problems.iter().map(|(_, why)| why.as_str()).collect();
+    Err(ParamError::invalid(params, path, format!("{context}: {}", joined.join("\n"))))
+}
+
+/// The line both detectors log for a headroom above 1 (likely a percentage).
+fn high_headroom(headroom: f64) -> Option<String> {
+    (headroom > 1.0).then(|| {
+        format!(
+            "Unusually high headroom configured; verify value is a fraction, not a percentage (headroom {headroom}, \
+             effectiveBurst {:.0}%)",
+            headroom * 100.0
+        )
+    })
 }
 
 /// `concurrency-detector`: the router's own in-flight counts against per-endpoint caps.
@@ -183,43 +208,44 @@ impl ConcurrencyDetector {
             e.reason = format!("failed to unmarshal concurrency detector config: {}", e.reason);
             e
         })?;
-        let invalid = |path: &str, why: String| {
-            ParamError::invalid(params, path, format!("invalid concurrency detector configuration: {why}"))
-        };
+        let mut problems = Vec::new();
+        if p.max_concurrency <= 0 {
+            problems.push((
+                "maxConcurrency",
+                format!("maxConcurrency must be strictly positive, got {}", p.max_concurrency),
+            ));
+        }
+        if p.headroom < 0.0 || p.headroom.is_nan() {
+            problems
+                .push(("headroom", format!("headroom must be a non-negative value, got {:.6}", p.headroom)));
+        }
+        if p.max_token_concurrency <= 0 {
+            problems.push((
+                "maxTokenConcurrency",
+                format!("maxTokenConcurrency must be strictly positive, got {}", p.max_token_concurrency),
+            ));
+        }
         let mode = match p.concurrency_mode.as_str() {
             "requests" => ConcurrencyMode::Requests,
             "tokens" => ConcurrencyMode::Tokens,
             "hybrid" => ConcurrencyMode::Hybrid,
             other => {
-                return Err(invalid(
-                    "concurrencyMode",
-                    format!("concurrencyMode must be one of requests, tokens or hybrid, got {other:?}"),
-                ));
+                problems.push(("concurrencyMode", format!("unsupported concurrencyMode: {other:?}")));
+                ConcurrencyMode::Requests
             }
         };
-        if p.max_concurrency <= 0 {
-            return Err(invalid(
-                "maxConcurrency",
-                format!("maxConcurrency must be positive, got {}", p.max_concurrency),
-            ));
-        }
-        if p.max_token_concurrency <= 0 {
-            return Err(invalid(
-                "maxTokenConcurrency",
-                format!("maxTokenConcurrency must be positive, got {}", p.max_token_concurrency),
-            ));
-        }
-        if p.headroom < 0.0 || p.headroom.is_nan() {
-            return Err(invalid("headroom", format!("headroom must be non-negative, got {:.6}", p.headroom)));
-        }
-        Ok(Built::plain(PluginKind::ConcurrencyDetector(ConcurrencyDetector {
+        refuse_joined(params, "invalid concurrency detector configuration", problems)?;
+        let headroom_warning = high_headroom(p.headroom);
+        let mut built = Built::plain(PluginKind::ConcurrencyDetector(ConcurrencyDetector {
             mode,
             max_concurrency: p.max_concurrency as u64,
             max_token_concurrency: p.max_token_concurrency as u64,
             headroom: p.headroom,
             producer_name: p.in_flight_load_producer_name,
             producer: None,
-        })))
+        }));
+        built.warnings.extend(headroom_warning);
+        Ok(built)
     }
 
     /// The key it requires.

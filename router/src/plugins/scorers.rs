@@ -288,6 +288,9 @@ impl NoHitLru {
     /// Score the candidates (`no_hit_lru.go::Score`); `cold` from [`NoHitLru::is_cold`].
     pub fn score(&self, view: &View, candidates: &[EndpointIndex], cold: bool, out: &mut [Option<f64>]) {
         let n = candidates.len();
+        if n == 0 {
+            return;
+        }
         if !cold {
             out.iter_mut().for_each(|s| *s = Some(0.5));
             return;
