@@ -284,12 +284,10 @@ fn llmd_router(
     base_dir: &Path,
 ) -> Result<(LlmdWiring, serde_json::Value), FieldError> {
     let (document, prefix) = match (&spec.config, &spec.config_file) {
-        (Some(inline), _) => {
-            let value = serde_json::to_value(inline).map_err(|e| {
-                FieldError::at("cluster.router.config", format!("not a JSON-compatible document: {e}"))
-            })?;
-            (value, "cluster.router.config".to_owned())
-        }
+        (Some(inline), _) => (
+            blis_contracts::yaml::to_json(inline, "cluster.router.config")?,
+            "cluster.router.config".to_owned(),
+        ),
         (None, Some(file)) => {
             let path = base_dir.join(file);
             let text = std::fs::read_to_string(&path).map_err(|e| {

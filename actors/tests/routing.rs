@@ -148,6 +148,11 @@ fn bad_router_settings_are_refused_by_path_value_and_cause() {
             "--allow-experimental-plugins",
         ),
         ("{ config_file: no-such-file.yaml }", "cluster.router.config_file", "cannot read"),
+        (
+            "{ config: { apiVersion: llm-d.ai/v1alpha1, kind: EndpointPickerConfig, plugins: [ { type: queue-scorer } ], schedulingProfiles: [ { name: default, plugins: [ { pluginRef: queue-scorer, weight: .nan } ] } ] } }",
+            "cluster.router.config.schedulingProfiles[0].plugins[0].weight",
+            "non-finite",
+        ),
     ];
     for (router, path, cause) in cases {
         let e = refusal(&eight(router, 10, 2));

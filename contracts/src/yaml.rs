@@ -23,6 +23,54 @@ pub fn from_value<T: DeserializeOwned>(value: &YamlValue, path: &str) -> Result<
     serde_path_to_error::deserialize(value.clone()).map_err(|e| refusal(path, e))
 }
 
+/// `value` as the JSON document a Kubernetes-style loader would see (YAML converted to JSON
+/// first, as `sigs.k8s.io/yaml` does): refused at its path where JSON cannot hold it — a
+/// non-finite number, a non-string key, a tagged value — instead of silently becoming `null`.
+pub fn to_json(value: &YamlValue, path: &str) -> Result<serde_json::Value, FieldError> {
+    use serde_json::Value as Json;
+    Ok(match value {
+        YamlValue::Null => Json::Null,
+        YamlValue::Bool(b) => Json::Bool(*b),
+        YamlValue::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Json::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Json::from(u)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                match serde_json::Number::from_f64(f) {
+                    Some(number) => Json::Number(number),
+                    None => return Err(FieldError::new(path, n, "JSON cannot hold a non-finite number")),
+                }
+            }
+        }
+        YamlValue::String(s) => Json::String(s.clone()),
+        YamlValue::Sequence(items) => Json::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| to_json(item, &format!("{path}[{i}]")))
+                .collect::<Result<_, _>>()?,
+        ),
+        YamlValue::Mapping(map) => {
+            let mut object = serde_json::Map::new();
+            for (key, item) in map {
+                let YamlValue::String(key) = key else {
+                    return Err(FieldError::at(
+                        path,
+                        "every key must be a string (the document is read as JSON)",
+                    ));
+                };
+                object.insert(key.clone(), to_json(item, &join_path(path, key))?);
+            }
+            Json::Object(object)
+        }
+        YamlValue::Tagged(tagged) => {
+            return Err(FieldError::new(path, &tagged.tag, "a tagged YAML value has no JSON form"));
+        }
+    })
+}
+
 /// `value` written as YAML (block style, fields in declaration order).
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, serde_norway::Error> {
     serde_norway::to_string(value)
@@ -199,6 +247,18 @@ mod tests {
         let e = from_str::<Tagged>(flow).unwrap_err();
         assert_eq!(e.path, "items[0].length.min");
         assert!(e.cause.ends_with("at line 3 column 35"), "{e}");
+    }
+
+    #[test]
+    fn yaml_becomes_json_or_is_refused_where_json_cannot_hold_it() {
+        let value: YamlValue = serde_norway::from_str("a: [1, 2.5, x, {b: true}]\nc: null\n").unwrap();
+        let json = to_json(&value, "doc").unwrap();
+        assert_eq!(json, serde_json::json!({"a": [1, 2.5, "x", {"b": true}], "c": null}));
+        let value: YamlValue = serde_norway::from_str("a: [{w: .nan}]\n").unwrap();
+        let e = to_json(&value, "doc").unwrap_err();
+        assert_eq!(e.path, "doc.a[0].w");
+        let value: YamlValue = serde_norway::from_str("1: x\n").unwrap();
+        assert_eq!(to_json(&value, "doc").unwrap_err().path, "doc");
     }
 
     #[test]
