@@ -28,8 +28,15 @@ pub fn block_digest(tokens: &[u32]) -> u64 {
     if tokens.is_empty() {
         return 0;
     }
-    let mut h = Xxh64::new(0);
     let mut bytes = [0u8; TOKENS_PER_WRITE * 4];
+    if tokens.len() <= TOKENS_PER_WRITE {
+        // The usual block: one-shot XXH64 over its bytes (the same value as streaming them).
+        for (slot, token) in bytes.chunks_exact_mut(4).zip(tokens) {
+            slot.copy_from_slice(&token.to_le_bytes());
+        }
+        return xxh64(&bytes[..tokens.len() * 4], 0);
+    }
+    let mut h = Xxh64::new(0);
     for part in tokens.chunks(TOKENS_PER_WRITE) {
         for (slot, token) in bytes.chunks_exact_mut(4).zip(part) {
             slot.copy_from_slice(&token.to_le_bytes());
