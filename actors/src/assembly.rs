@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::client::{Client, ClientWiring};
 use crate::engine_host::EngineHost;
+use crate::ledger::CallLedger;
 use crate::message::ClusterMessage;
 use crate::router_host::RouterHost;
 use crate::workload;
@@ -33,6 +34,8 @@ pub struct AssembledCluster {
     pub identities: Vec<EngineIdentity>,
     /// Requests the clients will send, when every source knows it in advance.
     pub expected_requests: Option<u64>,
+    /// Where the clients hand the records of ended requests.
+    pub ledger: CallLedger,
 }
 
 /// A planned pool, before it becomes actors.
@@ -123,11 +126,14 @@ pub fn assemble(
     for (id, name, pool) in &engines {
         let environment = Box::new(Pricer::new(&pool.chip, &pool.plan.pool, &data.registry));
         let engine = VllmEngine::new(pool.plan.clone(), environment);
-        assembly.install(*id, EngineHost::new(name, engine, router, to_engine)).map_err(install_error)?;
+        assembly
+            .install(*id, EngineHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some()))
+            .map_err(install_error)?;
     }
     // Token ids are drawn below the smallest vocabulary served, so every engine could take them.
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");
     let expected_requests = sources.iter().map(|s| s.requests).sum();
+    let ledger = CallLedger::new();
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let wiring = ClientWiring {
             index: index as u32,
@@ -137,6 +143,7 @@ pub fn assemble(
             vocab_size,
             streams,
             keep_released: options.keep_released,
+            ledger: ledger.clone(),
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;
@@ -173,5 +180,6 @@ pub fn assemble(
         resolved,
         identities,
         expected_requests,
+        ledger,
     })
 }

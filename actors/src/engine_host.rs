@@ -50,7 +50,9 @@ pub struct EngineHost {
     last_transition: SimTime,
     clients: BTreeMap<u64, ActorId>,
     finished: Vec<FinishedRequest>,
-    answered: Vec<u64>,
+    /// Keys of the requests answered, kept only when the run stops at a horizon (they tell an
+    /// answer still travelling from a request never scheduled).
+    answered: Option<Vec<u64>>,
     aborted: u64,
     /// Requests in the API server, by the time they reach the engine.
     in_frontend: BTreeMap<(SimTime, u64), Box<CallRequest>>,
@@ -62,8 +64,15 @@ pub struct EngineHost {
 }
 
 impl EngineHost {
-    /// A host for `engine`, named `name`, answering through `router`.
-    pub fn new(name: &str, engine: VllmEngine, router: ActorId, delay_to_router: SimDuration) -> EngineHost {
+    /// A host for `engine`, named `name`, answering through `router`; it keeps the keys of the
+    /// requests it answered if `keep_answered` (a run with a horizon needs them).
+    pub fn new(
+        name: &str,
+        engine: VllmEngine,
+        router: ActorId,
+        delay_to_router: SimDuration,
+        keep_answered: bool,
+    ) -> EngineHost {
         let steps_in_flight = engine.plan().pool.steps_in_flight.max(1) as usize;
         EngineHost {
             name: Arc::from(name),
@@ -77,7 +86,7 @@ impl EngineHost {
             last_transition: SimTime::ZERO,
             clients: BTreeMap::new(),
             finished: Vec::new(),
-            answered: Vec::new(),
+            answered: keep_answered.then(Vec::new),
             aborted: 0,
             in_frontend: BTreeMap::new(),
             frontend_sequence: 0,
@@ -111,9 +120,9 @@ impl EngineHost {
         (mean, self.kv_usage_peak.max(usage))
     }
 
-    /// Keys of the requests this instance finished and answered.
+    /// Keys of the requests this instance finished and answered (none unless kept).
     pub fn answered(&self) -> &[u64] {
-        &self.answered
+        self.answered.as_deref().unwrap_or_default()
     }
 
     fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
@@ -183,7 +192,9 @@ impl EngineHost {
         self.engine.complete_oldest(now.as_micros(), &mut self.finished);
         for done in self.finished.drain(..) {
             let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
-            self.answered.push(done.key);
+            if let Some(answered) = &mut self.answered {
+                answered.push(done.key);
+            }
             let answer = CallCompletion {
                 key: done.key,
                 client,

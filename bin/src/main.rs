@@ -18,7 +18,9 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use blis_actors::{ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput, run_observed};
+use blis_actors::{
+    CallSelection, ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput, run_observed,
+};
 use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
 use blis_kernel::{HostKind, Observer, SimTime};
@@ -57,6 +59,9 @@ enum Command {
         /// Directory for result.json and calls.jsonl.
         #[arg(long, default_value = "out")]
         out: PathBuf,
+        /// Which calls calls.jsonl holds: `all`, `sample N` (a uniform sample of N) or `none`.
+        #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"], default_value = "all")]
+        calls: Vec<String>,
         /// Kernel host: inline calls (fast) or one tokio task per actor (parity check).
         #[arg(long, value_enum, default_value_t = Host::Inline)]
         host: Host,
@@ -224,6 +229,7 @@ fn main() -> ExitCode {
             threads,
             coefficient_spread,
             out,
+            calls,
             host,
             trace,
             trace_filter,
@@ -237,6 +243,11 @@ fn main() -> ExitCode {
                 Err(message) => return fail(2, message),
             };
             let export = export_workload.is_some();
+            let calls: CallSelection = match calls.join(" ").parse() {
+                Ok(calls) => calls,
+                Err(message) => return fail(2, format_args!("--calls: {message}")),
+            };
+            let calls_path = out.join("calls.jsonl");
             let outputs = Outputs { out, trace, trace_filter, record, export_workload };
             // Workload files named in a scenario are found next to it.
             let base_dir = scenario.as_deref().and_then(Path::parent).map(Path::to_path_buf);
@@ -251,6 +262,8 @@ fn main() -> ExitCode {
                     threads,
                     binary_sha256: binary_sha256(),
                     coefficient_spread,
+                    calls,
+                    calls_path: Some(calls_path),
                 },
                 &data,
                 &outputs,
@@ -371,11 +384,15 @@ fn run(
             }
         }
     }
+    if let Err(error) = std::fs::create_dir_all(&outputs.out) {
+        return fail(1, format_args!("{}: cannot write the outputs: {error}", outputs.out.display()));
+    }
+    let calls_written = options.calls != CallSelection::None;
     tracing::info!(scenario = %source, "running");
     let (output, observers) = match run_with_progress(&text, options, data, observers, quiet) {
         Ok(done) => done,
         Err(RunError::Input(error)) => return fail(2, format_args!("{source}: {error}")),
-        Err(error @ (RunError::Kernel(_) | RunError::Stalled { .. })) => {
+        Err(error @ (RunError::Kernel(_) | RunError::Stalled { .. } | RunError::Output(_))) => {
             return fail(1, format_args!("{source}: {error}"));
         }
     };
@@ -403,11 +420,15 @@ fn run(
     }
     print!("{}", summary::render(&output));
     let _ = std::io::stdout().flush();
-    eprintln!(
-        "wrote {} and {}",
-        outputs.out.join("result.json").display(),
-        outputs.out.join("calls.jsonl").display()
-    );
+    if calls_written {
+        eprintln!(
+            "wrote {} and {}",
+            outputs.out.join("result.json").display(),
+            outputs.out.join("calls.jsonl").display()
+        );
+    } else {
+        eprintln!("wrote {} (no calls.jsonl: --calls none)", outputs.out.join("result.json").display());
+    }
     ExitCode::SUCCESS
 }
 
@@ -440,10 +461,9 @@ fn run_with_progress(
     outcome
 }
 
+/// `result.json` (the calls were streamed into `calls.jsonl` during the run).
 fn write_outputs(output: &RunOutput, out: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(out)?;
-    std::fs::write(out.join("result.json"), output.result_json())?;
-    std::fs::write(out.join("calls.jsonl"), output.calls_jsonl())
+    std::fs::write(out.join("result.json"), output.result_json())
 }
 
 /// One JSONL file per client.
@@ -560,6 +580,8 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         threads: None,
         binary_sha256: None,
         coefficient_spread: false,
+        calls: CallSelection::None,
+        calls_path: None,
     };
     let (output, observers) = match run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {}) {
         Ok(done) => done,

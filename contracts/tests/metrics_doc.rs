@@ -18,9 +18,11 @@ fn render() -> String {
          95% Student-t interval (`half_width`; absent with one replication). A steady-state run of\n\
          one replication estimates the latency means from 20 batch means of its measured window\n\
          instead. Calls unfinished at a horizon are never in a latency figure; they are counted in\n\
-         the fates. When a replication is overloaded (its backlog keeps growing) its latency\n\
-         summaries are withheld, and `withheld` says why; when an acceptance condition fails, every\n\
-         figure is withheld.\n\n",
+         the fates. Percentiles come from the log-linear histograms the Result carries per\n\
+         replication (`docs/RESULT.md`): a reported pX is at least the exact nearest-rank value and\n\
+         less than 1/1024 (0.1%) of it above; means are exact. When a replication is overloaded\n\
+         (its backlog keeps growing) its latency summaries are withheld, and `withheld` says why;\n\
+         when an acceptance condition fails, every figure is withheld.\n\n",
     );
     for m in METRICS {
         let _ = write!(
