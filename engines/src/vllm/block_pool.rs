@@ -10,10 +10,13 @@
 //! is reused. A prefix hit on a free block takes it out of the middle of the queue. Identical
 //! content is not deduplicated: the cache maps a hash to every block holding it, in insertion
 //! order, and a lookup returns the first.
+//!
+//! The cache index is an open-addressing table keyed by the blocks' [`BlockKey`] bits (linear
+//! probing, backward-shift deletion, at most half full): it is only ever looked up, never
+//! iterated, so its layout cannot reach any decision. The blocks sharing a key form a list
+//! threaded through per-block arrays, so caching a block allocates nothing.
 
-use std::collections::BTreeMap;
-
-use super::block_hash::{BlockHash, event_value};
+use super::block_hash::{BlockHash, BlockKey, event_value};
 
 /// A block's id in the pool.
 pub type BlockId = u32;
@@ -46,15 +49,19 @@ pub enum KvEvent {
 #[derive(Clone, Debug)]
 pub struct BlockPool {
     ref_count: Vec<u32>,
-    hash: Vec<Option<BlockHash>>,
     prev: Vec<u32>,
     next: Vec<u32>,
     head: u32,
     tail: u32,
     free: u32,
-    /// Cached blocks by the first 16 bytes of their hash (cheaper to compare than all 32), in
-    /// the order they were cached; lookups confirm the full hash in `hash`.
-    cached: BTreeMap<u128, Vec<BlockId>>,
+    /// Each cached block's key.
+    key: Vec<Option<BlockKey>>,
+    /// Each cached block's hash as KV events carry it (kept when events are recorded).
+    event_hash: Vec<u64>,
+    /// The list of blocks cached under the same key, in the order they were cached.
+    same_prev: Vec<u32>,
+    same_next: Vec<u32>,
+    index: CacheIndex,
     caching: bool,
     events: Vec<KvEvent>,
     record_events: bool,
@@ -62,19 +69,23 @@ pub struct BlockPool {
 
 impl BlockPool {
     /// A pool of `num_blocks` blocks (at least 2: the null block and one usable block), with
-    /// prefix caching on or off.
+    /// prefix caching on or off; with caching, KV events are recorded until turned off.
     pub fn new(num_blocks: u32, caching: bool) -> BlockPool {
         assert!(num_blocks >= 2, "a block pool needs the null block and at least one usable block");
         let n = num_blocks as usize;
+        let cached = if caching { n } else { 0 };
         let mut pool = BlockPool {
             ref_count: vec![0; n],
-            hash: vec![None; n],
             prev: vec![NONE; n],
             next: vec![NONE; n],
             head: NONE,
             tail: NONE,
             free: 0,
-            cached: BTreeMap::new(),
+            key: vec![None; cached],
+            event_hash: vec![0; cached],
+            same_prev: vec![NONE; cached],
+            same_next: vec![NONE; cached],
+            index: CacheIndex::new(cached),
             caching,
             events: Vec::new(),
             record_events: caching,
@@ -103,6 +114,18 @@ impl BlockPool {
         self.caching
     }
 
+    /// Whether KV events are recorded (their SHA-256 hashes are then computed as blocks are
+    /// cached).
+    pub fn records_events(&self) -> bool {
+        self.record_events
+    }
+
+    /// Record KV events (`BlockStored`, `BlockRemoved`) or not; only with caching on. Turn it
+    /// on or off before the first block is cached.
+    pub fn set_record_events(&mut self, on: bool) {
+        self.record_events = on && self.caching;
+    }
+
     /// vLLM's `kv_cache_usage`: `1 − free / (N − 1)`, the null block excluded.
     pub fn usage(&self) -> f64 {
         1.0 - f64::from(self.free) / f64::from(self.num_blocks() - 1)
@@ -129,10 +152,9 @@ impl BlockPool {
         }
     }
 
-    /// The first block cached under `hash`, if any.
-    pub fn get_cached_block(&self, hash: &BlockHash) -> Option<BlockId> {
-        let blocks = self.cached.get(&index(hash))?;
-        blocks.iter().copied().find(|&id| self.hash[id as usize].as_ref() == Some(hash))
+    /// The first block cached under `key`, if any.
+    pub fn get_cached_block(&self, key: BlockKey) -> Option<BlockId> {
+        self.index.find(key).map(|slot| self.index.slots[slot].first)
     }
 
     /// Take a reference on prefix-hit blocks, removing free ones from the queue.
@@ -159,12 +181,14 @@ impl BlockPool {
         }
     }
 
-    /// Cache `blocks[cached..full]` of the request with key `request` under `hashes[cached..]`
-    /// (one `BlockStored` event if at least one block is cached).
+    /// Cache `blocks[cached..full]` of the request with key `request` under `keys[cached..]`;
+    /// when events are recorded, `hashes[..full]` are the blocks' SHA-256 hashes and one
+    /// `BlockStored` event is recorded.
     pub fn cache_full_blocks(
         &mut self,
         request: u64,
         blocks: &[BlockId],
+        keys: &[BlockKey],
         hashes: &[BlockHash],
         cached: usize,
         full: usize,
@@ -172,18 +196,25 @@ impl BlockPool {
         if cached >= full {
             return;
         }
-        let mut stored = Vec::with_capacity(full - cached);
         for (i, &id) in blocks[cached..full].iter().enumerate() {
             if id == 0 {
                 continue;
             }
-            let hash = hashes[cached + i];
-            debug_assert!(self.hash[id as usize].is_none(), "block {id} is cached twice");
-            self.hash[id as usize] = Some(hash);
-            self.cached.entry(index(&hash)).or_default().push(id);
-            stored.push(event_value(&hash));
+            let key = keys[cached + i];
+            debug_assert!(self.key[id as usize].is_none(), "block {id} is cached twice");
+            self.key[id as usize] = Some(key);
+            self.link(id, key);
+            if self.record_events {
+                self.event_hash[id as usize] = event_value(&hashes[cached + i]);
+            }
         }
         if self.record_events {
+            let stored = blocks[cached..full]
+                .iter()
+                .zip(&hashes[cached..full])
+                .filter(|&(&id, _)| id != 0)
+                .map(|(_, hash)| event_value(hash))
+                .collect();
             let parent = (cached > 0).then(|| event_value(&hashes[cached - 1]));
             self.events.push(KvEvent::BlockStored {
                 request,
@@ -210,19 +241,39 @@ impl BlockPool {
         out
     }
 
+    /// Append `id` to the blocks cached under `key`.
+    fn link(&mut self, id: BlockId, key: BlockKey) {
+        let slot = self.index.find_or_insert(key);
+        let last = self.index.slots[slot].last;
+        self.same_prev[id as usize] = last;
+        self.same_next[id as usize] = NONE;
+        if last == NONE {
+            self.index.slots[slot].first = id;
+        } else {
+            self.same_next[last as usize] = id;
+        }
+        self.index.slots[slot].last = id;
+    }
+
     fn evict(&mut self, id: BlockId) {
-        let Some(hash) = self.hash[id as usize].take() else { return };
-        let key = index(&hash);
-        if let Some(blocks) = self.cached.get_mut(&key)
-            && let Some(position) = blocks.iter().position(|&b| b == id)
-        {
-            blocks.remove(position);
-            if blocks.is_empty() {
-                self.cached.remove(&key);
-            }
-            if self.record_events {
-                self.events.push(KvEvent::BlockRemoved { hash: event_value(&hash) });
-            }
+        let Some(key) = self.key[id as usize].take() else { return };
+        let slot = self.index.find(key).expect("a cached block's key is indexed");
+        let (prev, next) = (self.same_prev[id as usize], self.same_next[id as usize]);
+        if prev == NONE {
+            self.index.slots[slot].first = next;
+        } else {
+            self.same_next[prev as usize] = next;
+        }
+        if next == NONE {
+            self.index.slots[slot].last = prev;
+        } else {
+            self.same_prev[next as usize] = prev;
+        }
+        if self.index.slots[slot].first == NONE {
+            self.index.remove(slot);
+        }
+        if self.record_events {
+            self.events.push(KvEvent::BlockRemoved { hash: self.event_hash[id as usize] });
         }
     }
 
@@ -265,11 +316,85 @@ impl BlockPool {
     }
 }
 
-/// The key of `hash` in the cached-block index.
-fn index(hash: &BlockHash) -> u128 {
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&hash[..16]);
-    u128::from_le_bytes(first)
+/// One key's entry in the cache index: the first and last block cached under it (`first` is
+/// `NONE` in an empty slot).
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    key: BlockKey,
+    first: u32,
+    last: u32,
+}
+
+const EMPTY: Slot = Slot { key: 0, first: NONE, last: NONE };
+
+/// Open addressing over block keys: linear probing from the key's low bits, at most half full
+/// (a pool of `n` blocks caches at most `n` keys), deletion by backward shift so no tombstone
+/// ever lengthens a probe.
+#[derive(Clone, Debug)]
+struct CacheIndex {
+    slots: Vec<Slot>,
+    mask: usize,
+}
+
+impl CacheIndex {
+    /// An index for up to `capacity` keys.
+    fn new(capacity: usize) -> CacheIndex {
+        let size = (2 * capacity).next_power_of_two().max(2);
+        CacheIndex { slots: vec![EMPTY; size], mask: size - 1 }
+    }
+
+    /// Where `key`'s probe starts (its bits are already uniform).
+    fn home(&self, key: BlockKey) -> usize {
+        (key as u64 ^ (key >> 64) as u64) as usize & self.mask
+    }
+
+    fn find(&self, key: BlockKey) -> Option<usize> {
+        let mut at = self.home(key);
+        loop {
+            let slot = &self.slots[at];
+            if slot.first == NONE {
+                return None;
+            }
+            if slot.key == key {
+                return Some(at);
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    fn find_or_insert(&mut self, key: BlockKey) -> usize {
+        let mut at = self.home(key);
+        loop {
+            let slot = &mut self.slots[at];
+            if slot.first == NONE {
+                slot.key = key;
+                return at;
+            }
+            if slot.key == key {
+                return at;
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    /// Empty slot `hole`, moving back every later entry of the run whose probe passes it.
+    fn remove(&mut self, mut hole: usize) {
+        let mut at = hole;
+        loop {
+            at = (at + 1) & self.mask;
+            if self.slots[at].first == NONE {
+                break;
+            }
+            let home = self.home(self.slots[at].key);
+            // The entry may move to the hole if its home is not cyclically within (hole, at].
+            let stays = if hole <= at { hole < home && home <= at } else { hole < home || home <= at };
+            if !stays {
+                self.slots[hole] = self.slots[at];
+                hole = at;
+            }
+        }
+        self.slots[hole] = EMPTY;
+    }
 }
 
 #[cfg(test)]
@@ -303,10 +428,11 @@ mod tests {
         let mut blocks = Vec::new();
         pool.get_new_blocks(2, &mut blocks);
         let hashes = [[1u8; 32], [2u8; 32]];
-        pool.cache_full_blocks(7, &blocks, &hashes, 0, 2);
+        let keys = [11, 12];
+        pool.cache_full_blocks(7, &blocks, &keys, &hashes, 0, 2);
         pool.free_blocks(blocks.iter().rev().copied());
         assert_eq!(pool.free_queue(), vec![3, 4, 2, 1]);
-        assert_eq!(pool.get_cached_block(&hashes[0]), Some(1));
+        assert_eq!(pool.get_cached_block(keys[0]), Some(1));
         pool.touch(&[1]);
         assert_eq!(pool.free_queue(), vec![3, 4, 2]);
         assert_eq!(pool.ref_count(1), 1);
@@ -314,11 +440,68 @@ mod tests {
         let mut more = Vec::new();
         pool.get_new_blocks(3, &mut more);
         assert_eq!(more, vec![3, 4, 2]);
-        assert_eq!(pool.get_cached_block(&hashes[1]), None);
+        assert_eq!(pool.get_cached_block(keys[1]), None);
         let mut events = Vec::new();
         pool.take_events(&mut events);
         assert_eq!(events.len(), 2);
         assert!(matches!(events[0], KvEvent::BlockStored { request: 7, first_block: 0, parent: None, .. }));
-        assert!(matches!(events[1], KvEvent::BlockRemoved { .. }));
+        assert_eq!(events[1], KvEvent::BlockRemoved { hash: event_value(&hashes[1]) });
+    }
+
+    #[test]
+    fn blocks_of_equal_content_are_found_in_the_order_cached_until_each_is_evicted() {
+        let mut pool = BlockPool::new(4, true);
+        pool.set_record_events(false);
+        let mut blocks = Vec::new();
+        pool.get_new_blocks(3, &mut blocks);
+        for &id in &blocks {
+            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], 0, 1);
+        }
+        pool.free_blocks(blocks.iter().copied());
+        assert_eq!(pool.get_cached_block(5), Some(1));
+        let mut reused = Vec::new();
+        pool.get_new_blocks(1, &mut reused);
+        assert_eq!((reused[0], pool.get_cached_block(5)), (1, Some(2)));
+        pool.get_new_blocks(2, &mut reused);
+        assert_eq!(pool.get_cached_block(5), None);
+        let mut events = Vec::new();
+        pool.take_events(&mut events);
+        assert!(events.is_empty(), "no events unless recorded");
+    }
+
+    #[test]
+    fn the_index_agrees_with_an_ordered_map_under_inserts_and_removals() {
+        use std::collections::BTreeMap;
+        let mut index = CacheIndex::new(64);
+        let mut model: BTreeMap<BlockKey, u32> = BTreeMap::new();
+        // Keys crowding a few home slots make long probe runs that wrap around the table.
+        let key = |i: u64| (u128::from(i % 7) << 64) | u128::from((i * 0x9e37) % 5) | (u128::from(i) << 100);
+        let mut state = 1u64;
+        for step in 0..5_000u64 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let k = key(state >> 58);
+            match model.get(&k) {
+                Some(_) if state & 1 == 0 => {
+                    let slot = index.find(k).expect("a key in the model is indexed");
+                    index.remove(slot);
+                    model.remove(&k);
+                }
+                Some(_) => {}
+                None if model.len() < 64 => {
+                    let slot = index.find_or_insert(k);
+                    index.slots[slot].first = step as u32;
+                    model.insert(k, step as u32);
+                }
+                None => {}
+            }
+            for i in 0..64 {
+                let k = key(i);
+                assert_eq!(
+                    index.find(k).map(|s| index.slots[s].first),
+                    model.get(&k).copied(),
+                    "step {step}"
+                );
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ mod request;
 mod scheduler;
 
 pub use args::{DeviceClass, VLLM_VERSION, VllmArgs, VllmConfig, capture_sizes};
-pub use block_hash::{BlockHash, event_value, hash_block, none_hash};
+pub use block_hash::{BlockHash, BlockKey, event_value, hash_block, key_block, none_hash};
 pub use block_pool::{BlockId, BlockPool, KvEvent};
 pub use engine::{Rejection, Stall, VllmEngine};
 pub use fields::{ARGUMENTS, Treatment, treatment};
