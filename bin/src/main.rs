@@ -3,6 +3,7 @@
 //! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
 //! to files and stdout; progress and logs go to stderr.
 
+mod bench;
 mod calibrate;
 mod compare;
 mod fit;
@@ -165,6 +166,19 @@ enum Command {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Run the performance targets' bench cases (all when none is named) and print each one's
+    /// wall time and peak resident memory (`docs/PERFORMANCE.md`).
+    Bench {
+        /// Cases to run: reference-10, reference-10k, reference-100k,
+        /// reference-100k-no-caching, reference-1m, cluster-8x-100k, cluster-8x-1m.
+        cases: Vec<String>,
+        /// Print the cases' scenarios instead of running them.
+        #[arg(long)]
+        print_scenario: bool,
+        /// Directory for each case's result.json and calls.jsonl (`DIR/<case>/`).
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+    },
     /// Re-run a recorded run and check every delivered message against the recording.
     Replay {
         /// The recording (from `run --record`).
@@ -287,6 +301,7 @@ fn main() -> ExitCode {
             ),
             Err(message) => fail(2, message),
         },
+        Command::Bench { cases, print_scenario, out } => bench::bench(&cases, print_scenario, &out),
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
         Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, data } => match data.load() {
             Ok(data) => match validate::validate(&dirs, replications, stage_cap_s, leave_one_out, &data) {
