@@ -24,6 +24,6 @@ pub use metrics::{CacheConfigInfo, MetricsSnapshot};
 pub use plan::{KvBudget, VllmPlan, plan};
 pub use request::{EngineRequest, Status};
 pub use scheduler::{
-    Admission, FinishReason, FinishedRequest, Policy, RequestHandle, Scheduled, Scheduler, SchedulerCounters,
-    SchedulerEvent, SchedulerLimits, SchedulerOutput, SchedulerStats, UpdateOutput,
+    Admission, BlockSpan, FinishReason, FinishedRequest, Policy, RequestHandle, Scheduled, Scheduler,
+    SchedulerCounters, SchedulerEvent, SchedulerLimits, SchedulerOutput, SchedulerStats, UpdateOutput,
 };
