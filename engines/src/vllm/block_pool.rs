@@ -48,19 +48,12 @@ pub enum KvEvent {
 /// The pool of KV blocks of one instance.
 #[derive(Clone, Debug)]
 pub struct BlockPool {
-    ref_count: Vec<u32>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    /// Every block's state, together so that taking a block from the free queue touches one
+    /// cache line of it.
+    blocks: Vec<Block>,
     head: u32,
     tail: u32,
     free: u32,
-    /// Each cached block's key.
-    key: Vec<Option<BlockKey>>,
-    /// Each cached block's hash as KV events carry it (kept when events are recorded).
-    event_hash: Vec<u64>,
-    /// The list of blocks cached under the same key, in the order they were cached.
-    same_prev: Vec<u32>,
-    same_next: Vec<u32>,
     index: CacheIndex,
     caching: bool,
     events: Vec<KvEvent>,
@@ -73,19 +66,12 @@ impl BlockPool {
     pub fn new(num_blocks: u32, caching: bool) -> BlockPool {
         assert!(num_blocks >= 2, "a block pool needs the null block and at least one usable block");
         let n = num_blocks as usize;
-        let cached = if caching { n } else { 0 };
         let mut pool = BlockPool {
-            ref_count: vec![0; n],
-            prev: vec![NONE; n],
-            next: vec![NONE; n],
+            blocks: vec![Block::FREE; n],
             head: NONE,
             tail: NONE,
             free: 0,
-            key: vec![None; cached],
-            event_hash: vec![0; cached],
-            same_prev: vec![NONE; cached],
-            same_next: vec![NONE; cached],
-            index: CacheIndex::new(cached),
+            index: CacheIndex::new(if caching { n } else { 0 }),
             caching,
             events: Vec::new(),
             record_events: caching,
@@ -95,13 +81,13 @@ impl BlockPool {
         }
         let null = pool.pop_head();
         debug_assert_eq!(null, Some(0));
-        pool.ref_count[0] = 1;
+        pool.blocks[0].ref_count = 1;
         pool
     }
 
     /// All blocks, the null block included.
     pub fn num_blocks(&self) -> u32 {
-        self.ref_count.len() as u32
+        self.blocks.len() as u32
     }
 
     /// Blocks in the free queue (cached ones included).
@@ -133,7 +119,7 @@ impl BlockPool {
 
     /// Reference count of a block (the null block counts 1).
     pub fn ref_count(&self, id: BlockId) -> u32 {
-        self.ref_count[id as usize]
+        self.blocks[id as usize].ref_count
     }
 
     /// Take `count` blocks from the head of the free queue (evicting the hashes they carry),
@@ -148,7 +134,7 @@ impl BlockPool {
             if self.caching {
                 self.evict(id);
             }
-            self.ref_count[id as usize] = 1;
+            self.blocks[id as usize].ref_count = 1;
         }
     }
 
@@ -160,10 +146,10 @@ impl BlockPool {
     /// Take a reference on prefix-hit blocks, removing free ones from the queue.
     pub fn touch(&mut self, blocks: &[BlockId]) {
         for &id in blocks {
-            if self.ref_count[id as usize] == 0 && id != 0 {
+            if self.blocks[id as usize].ref_count == 0 && id != 0 {
                 self.unlink(id);
             }
-            self.ref_count[id as usize] += 1;
+            self.blocks[id as usize].ref_count += 1;
         }
     }
 
@@ -171,11 +157,11 @@ impl BlockPool {
     /// tail, in the order given.
     pub fn free_blocks(&mut self, ordered: impl Iterator<Item = BlockId> + Clone) {
         for id in ordered.clone() {
-            debug_assert!(self.ref_count[id as usize] > 0, "freeing block {id} that is not held");
-            self.ref_count[id as usize] -= 1;
+            debug_assert!(self.blocks[id as usize].ref_count > 0, "freeing block {id} that is not held");
+            self.blocks[id as usize].ref_count -= 1;
         }
         for id in ordered {
-            if self.ref_count[id as usize] == 0 && id != 0 {
+            if self.blocks[id as usize].ref_count == 0 && id != 0 {
                 self.push_tail(id);
             }
         }
@@ -201,11 +187,11 @@ impl BlockPool {
                 continue;
             }
             let key = keys[cached + i];
-            debug_assert!(self.key[id as usize].is_none(), "block {id} is cached twice");
-            self.key[id as usize] = Some(key);
+            debug_assert!(self.blocks[id as usize].key.is_none(), "block {id} is cached twice");
+            self.blocks[id as usize].key = Some(key);
             self.link(id, key);
             if self.record_events {
-                self.event_hash[id as usize] = event_value(&hashes[cached + i]);
+                self.blocks[id as usize].event_hash = event_value(&hashes[cached + i]);
             }
         }
         if self.record_events {
@@ -236,7 +222,7 @@ impl BlockPool {
         let mut at = self.head;
         while at != NONE {
             out.push(at);
-            at = self.next[at as usize];
+            at = self.blocks[at as usize].next;
         }
         out
     }
@@ -245,45 +231,45 @@ impl BlockPool {
     fn link(&mut self, id: BlockId, key: BlockKey) {
         let slot = self.index.find_or_insert(key);
         let last = self.index.slots[slot].last;
-        self.same_prev[id as usize] = last;
-        self.same_next[id as usize] = NONE;
+        self.blocks[id as usize].same_prev = last;
+        self.blocks[id as usize].same_next = NONE;
         if last == NONE {
             self.index.slots[slot].first = id;
         } else {
-            self.same_next[last as usize] = id;
+            self.blocks[last as usize].same_next = id;
         }
         self.index.slots[slot].last = id;
     }
 
     fn evict(&mut self, id: BlockId) {
-        let Some(key) = self.key[id as usize].take() else { return };
+        let Some(key) = self.blocks[id as usize].key.take() else { return };
         let slot = self.index.find(key).expect("a cached block's key is indexed");
-        let (prev, next) = (self.same_prev[id as usize], self.same_next[id as usize]);
+        let (prev, next) = (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next);
         if prev == NONE {
             self.index.slots[slot].first = next;
         } else {
-            self.same_next[prev as usize] = next;
+            self.blocks[prev as usize].same_next = next;
         }
         if next == NONE {
             self.index.slots[slot].last = prev;
         } else {
-            self.same_prev[next as usize] = prev;
+            self.blocks[next as usize].same_prev = prev;
         }
         if self.index.slots[slot].first == NONE {
             self.index.remove(slot);
         }
         if self.record_events {
-            self.events.push(KvEvent::BlockRemoved { hash: self.event_hash[id as usize] });
+            self.events.push(KvEvent::BlockRemoved { hash: self.blocks[id as usize].event_hash });
         }
     }
 
     fn push_tail(&mut self, id: u32) {
-        self.prev[id as usize] = self.tail;
-        self.next[id as usize] = NONE;
+        self.blocks[id as usize].prev = self.tail;
+        self.blocks[id as usize].next = NONE;
         if self.tail == NONE {
             self.head = id;
         } else {
-            self.next[self.tail as usize] = id;
+            self.blocks[self.tail as usize].next = id;
         }
         self.tail = id;
         self.free += 1;
@@ -299,21 +285,50 @@ impl BlockPool {
     }
 
     fn unlink(&mut self, id: u32) {
-        let (prev, next) = (self.prev[id as usize], self.next[id as usize]);
+        let (prev, next) = (self.blocks[id as usize].prev, self.blocks[id as usize].next);
         if prev == NONE {
             self.head = next;
         } else {
-            self.next[prev as usize] = next;
+            self.blocks[prev as usize].next = next;
         }
         if next == NONE {
             self.tail = prev;
         } else {
-            self.prev[next as usize] = prev;
+            self.blocks[next as usize].prev = prev;
         }
-        self.prev[id as usize] = NONE;
-        self.next[id as usize] = NONE;
+        self.blocks[id as usize].prev = NONE;
+        self.blocks[id as usize].next = NONE;
         self.free -= 1;
     }
+}
+
+/// One block's state.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    /// Its key while it is cached.
+    key: Option<BlockKey>,
+    /// Its neighbours in the free queue.
+    prev: u32,
+    next: u32,
+    /// Its neighbours among the blocks cached under the same key, in the order cached.
+    same_prev: u32,
+    same_next: u32,
+    /// Requests holding it (the null block counts 1).
+    ref_count: u32,
+    /// Its hash as KV events carry it (kept while cached, when events are recorded).
+    event_hash: u64,
+}
+
+impl Block {
+    const FREE: Block = Block {
+        key: None,
+        prev: NONE,
+        next: NONE,
+        same_prev: NONE,
+        same_next: NONE,
+        ref_count: 0,
+        event_hash: 0,
+    };
 }
 
 /// One key's entry in the cache index: the first and last block cached under it (`first` is
