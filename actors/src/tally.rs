@@ -305,3 +305,91 @@ impl Tally {
 fn fixed_cut_us(seconds: f64) -> u64 {
     (seconds * 1e6).ceil() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backlog_counts_sends_and_settlements_by_bucket_and_widens_without_losing_any() {
+        let mut counts = BacklogCounts::default();
+        counts.add(10, Some(20));
+        counts.add(15, None);
+        assert_eq!((counts.backlog_at(9), counts.backlog_at(10), counts.backlog_at(15)), (0, 1, 2));
+        assert_eq!(counts.backlog_at(20), 1, "settled at 20");
+        // A time past the last bucket widens every bucket: the totals stay.
+        counts.add(1 << 20, Some((1 << 20) + 1));
+        assert!(counts.shift > 0);
+        assert_eq!(counts.sent.iter().sum::<u32>(), 3);
+        assert_eq!(counts.settled.iter().sum::<u32>(), 2);
+        assert_eq!(counts.backlog_at(u64::MAX >> 1), 1, "one call never settled");
+    }
+
+    #[test]
+    fn a_window_known_in_advance_keeps_nothing_per_call_and_a_fixed_warm_up_is_cut() {
+        let call = |arrival_us: u64, gaps: Vec<u64>| CallRecord {
+            replication: 0,
+            request_id: format!("c-{arrival_us}"),
+            request: format!("c-{arrival_us}"),
+            node: "llm".into(),
+            parents: Vec::new(),
+            client: "c".into(),
+            arrival_us,
+            input_tokens: 4,
+            output_tokens: gaps.len() as u32,
+            instance: "e".into(),
+            cached_tokens: 0,
+            preemptions: 0,
+            fate: Fate::Completed,
+            settled_us: Some(arrival_us + gaps.iter().sum::<u64>()),
+            token_latency_us: gaps,
+            request_e2e_us: None,
+        };
+        let mut tally = Tally::new(RunKind::Terminating, WarmUp::Fixed { seconds: 1.0 }, None);
+        tally.add(&call(500_000, vec![100, 10]));
+        tally.add(&call(1_000_000, vec![200, 20, 30]));
+        assert!(tally.series.is_none());
+        let window = tally.window(|_| unreachable!("the cut is fixed"));
+        assert_eq!(window.from_us, 1_000_000);
+        let m = Tally::metrics(&window, tally.makespan_s(), &[], None, false);
+        assert_eq!((m.ttft_ms.unwrap().count, m.itl_ms.unwrap().count), (1, 2));
+        assert_eq!(tally.fates().completed, 2);
+        assert_eq!(tally.makespan_s(), (1_000_250 - 500_000) as f64 / 1e6);
+    }
+
+    #[test]
+    fn a_window_chosen_at_the_end_cuts_the_series_and_the_itl_slices_after_the_cut() {
+        let mut tally = Tally::new(RunKind::SteadyState, WarmUp::Mser5, None);
+        for k in 0..200u64 {
+            let record = CallRecord {
+                replication: 0,
+                request_id: format!("c-{k}"),
+                request: format!("c-{k}"),
+                node: "llm".into(),
+                parents: Vec::new(),
+                client: "c".into(),
+                arrival_us: k * 1_000,
+                input_tokens: 4,
+                output_tokens: 2,
+                instance: "e".into(),
+                cached_tokens: 0,
+                preemptions: 0,
+                fate: Fate::Completed,
+                settled_us: Some(k * 1_000 + 50),
+                token_latency_us: vec![40, 10],
+                request_e2e_us: None,
+            };
+            tally.add(&record);
+        }
+        // Cut at the call sent at 100 ms: 100 calls stay, and the ITL slices that start at or
+        // after it.
+        let window = tally.window(|series| {
+            assert_eq!(series.len(), 200);
+            series[100].0
+        });
+        assert_eq!((window.from_us, window.series.len()), (100_000, 100));
+        let itl = window.figures.itl.summary();
+        assert!(itl.count <= 100 && itl.count > 0, "{}", itl.count);
+        assert_eq!(window.figures.ttft.summary().count, 100);
+    }
+}
