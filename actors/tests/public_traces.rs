@@ -116,7 +116,7 @@ fn a_mooncake_trace_shares_its_hash_blocks_across_requests() {
     assert_eq!(call(&requests[7]).0, [shared(10, 512), shared(11, 512), PromptPart::Tokens(276)]);
     assert_eq!(call(&requests[10]).0, [PromptPart::Tokens(40)]);
     assert_eq!(requests.len(), output.calls.len());
-    for request in &requests {
+    for request in requests.iter() {
         // calls.jsonl is in the order requests end; find each request's record by its id.
         let record = output.calls.iter().find(|c| c.request_id == request.id).unwrap();
         let tokens: u32 = call(request)
