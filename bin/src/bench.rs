@@ -123,6 +123,17 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// CPU time this process has used (user and system), seconds, from `/proc/self/stat` (in
+/// clock ticks of 1/100 s, the Linux default).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which is in parentheses): utime and stime are the
+    // 12th and 13th of them.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 /// Reset the peak resident set to the current one (Linux: `5` into `/proc/self/clear_refs`).
 fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
@@ -152,8 +163,10 @@ pub fn bench(names: &[String], print_scenario: bool, out: &Path) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let data = CostData::embedded();
-    println!("| case | requests | threads | wall s | µs per request | peak RSS MiB | engine steps |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| case | requests | threads | wall s | CPU s | µs (wall) per request | peak RSS MiB | engine steps |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for case in cases {
         let dir = out.join(case.name);
         if let Err(error) = std::fs::create_dir_all(&dir) {
@@ -168,6 +181,7 @@ pub fn bench(names: &[String], print_scenario: bool, out: &Path) -> ExitCode {
         };
         let text = scenario(case);
         let reset = reset_peak_rss();
+        let cpu_before = cpu_seconds();
         #[allow(
             clippy::disallowed_methods,
             reason = "bench timing: the wall clock decides nothing simulated"
@@ -175,6 +189,10 @@ pub fn bench(names: &[String], print_scenario: bool, out: &Path) -> ExitCode {
         let start = std::time::Instant::now();
         let outcome = run_observed(&text, options, &data, Vec::new(), &mut |_| {});
         let wall = start.elapsed().as_secs_f64();
+        let cpu = match (cpu_before, cpu_seconds()) {
+            (Some(before), Some(after)) => format!("{:.2}", after - before),
+            _ => "n/a".to_owned(),
+        };
         let output = match outcome {
             Ok((output, _)) => output,
             Err(error) => {
@@ -193,7 +211,7 @@ pub fn bench(names: &[String], print_scenario: bool, out: &Path) -> ExitCode {
         let mut line = String::new();
         let _ = write!(
             line,
-            "| {} | {} | {} | {wall:.3} | {:.2} | {rss} | {} |",
+            "| {} | {} | {} | {wall:.3} | {cpu} | {:.2} | {rss} | {} |",
             case.name,
             output.result.fates.arrivals,
             case.threads,
