@@ -140,7 +140,7 @@ impl BlockPool {
 
     /// The first block cached under `key`, if any.
     pub fn get_cached_block(&self, key: BlockKey) -> Option<BlockId> {
-        self.index.find(key).map(|slot| self.index.slots[slot].first)
+        self.index.find(key, &self.blocks).map(|slot| self.index.slots[slot].first)
     }
 
     /// Take a reference on prefix-hit blocks, removing free ones from the queue.
@@ -229,7 +229,7 @@ impl BlockPool {
 
     /// Append `id` to the blocks cached under `key`.
     fn link(&mut self, id: BlockId, key: BlockKey) {
-        let slot = self.index.find_or_insert(key);
+        let slot = self.index.find_or_insert(key, &self.blocks);
         let last = self.index.slots[slot].last;
         self.blocks[id as usize].same_prev = last;
         self.blocks[id as usize].same_next = NONE;
@@ -242,8 +242,9 @@ impl BlockPool {
     }
 
     fn evict(&mut self, id: BlockId) {
-        let Some(key) = self.blocks[id as usize].key.take() else { return };
-        let slot = self.index.find(key).expect("a cached block's key is indexed");
+        let Some(key) = self.blocks[id as usize].key else { return };
+        let slot = self.index.find(key, &self.blocks).expect("a cached block's key is indexed");
+        self.blocks[id as usize].key = None;
         let (prev, next) = (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next);
         if prev == NONE {
             self.index.slots[slot].first = next;
@@ -331,16 +332,22 @@ impl Block {
     };
 }
 
-/// One key's entry in the cache index: the first and last block cached under it (`first` is
-/// `NONE` in an empty slot).
+/// One key's entry in the cache index: the key folded to 64 bits, and the first and last block
+/// cached under it (`first` is `NONE` in an empty slot). The full key is the first block's, so
+/// a slot is 16 bytes; two keys folding alike get a slot each.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
-    key: BlockKey,
+    folded: u64,
     first: u32,
     last: u32,
 }
 
-const EMPTY: Slot = Slot { key: 0, first: NONE, last: NONE };
+const EMPTY: Slot = Slot { folded: 0, first: NONE, last: NONE };
+
+/// A key folded to the 64 bits a slot keeps.
+fn fold(key: BlockKey) -> u64 {
+    key as u64 ^ (key >> 64) as u64
+}
 
 /// Open addressing over block keys: linear probing from the key's low bits, at most half full
 /// (a pool of `n` blocks caches at most `n` keys), deletion by backward shift so no tombstone
@@ -358,34 +365,38 @@ impl CacheIndex {
         CacheIndex { slots: vec![EMPTY; size], mask: size - 1 }
     }
 
-    /// Where `key`'s probe starts (its bits are already uniform).
-    fn home(&self, key: BlockKey) -> usize {
-        (key as u64 ^ (key >> 64) as u64) as usize & self.mask
+    /// Where a probe for a key folded to `folded` starts (its bits are already uniform).
+    fn home(&self, folded: u64) -> usize {
+        folded as usize & self.mask
     }
 
-    fn find(&self, key: BlockKey) -> Option<usize> {
-        let mut at = self.home(key);
+    /// The slot of `key` (whose first block, in `blocks`, carries the full key).
+    fn find(&self, key: BlockKey, blocks: &[Block]) -> Option<usize> {
+        let folded = fold(key);
+        let mut at = self.home(folded);
         loop {
             let slot = &self.slots[at];
             if slot.first == NONE {
                 return None;
             }
-            if slot.key == key {
+            if slot.folded == folded && blocks[slot.first as usize].key == Some(key) {
                 return Some(at);
             }
             at = (at + 1) & self.mask;
         }
     }
 
-    fn find_or_insert(&mut self, key: BlockKey) -> usize {
-        let mut at = self.home(key);
+    /// The slot of `key`, or a new empty one for it (its caller links a first block at once).
+    fn find_or_insert(&mut self, key: BlockKey, blocks: &[Block]) -> usize {
+        let folded = fold(key);
+        let mut at = self.home(folded);
         loop {
             let slot = &mut self.slots[at];
             if slot.first == NONE {
-                slot.key = key;
+                slot.folded = folded;
                 return at;
             }
-            if slot.key == key {
+            if slot.folded == folded && blocks[slot.first as usize].key == Some(key) {
                 return at;
             }
             at = (at + 1) & self.mask;
@@ -400,7 +411,7 @@ impl CacheIndex {
             if self.slots[at].first == NONE {
                 break;
             }
-            let home = self.home(self.slots[at].key);
+            let home = self.home(self.slots[at].folded);
             // The entry may move to the hole if its home is not cyclically within (hole, at].
             let stays = if hole <= at { hole < home && home <= at } else { hole < home || home <= at };
             if !stays {
@@ -489,30 +500,41 @@ mod tests {
         use std::collections::BTreeMap;
         let mut index = CacheIndex::new(64);
         let mut model: BTreeMap<BlockKey, u32> = BTreeMap::new();
-        // Keys crowding a few home slots make long probe runs that wrap around the table.
-        let key = |i: u64| (u128::from(i % 7) << 64) | u128::from((i * 0x9e37) % 5) | (u128::from(i) << 100);
+        // Keys crowding a few home slots make long probe runs that wrap around the table; keys
+        // 32..64 fold to the same 64 bits as keys 0..32 and must still be told apart.
+        let key = |i: u64| {
+            let j = i % 32;
+            let base = (u128::from(j % 7) << 64) | u128::from((j * 0x9e37) % 5) | (u128::from(j) << 100);
+            if i < 32 { base } else { base ^ ((0x1234u128 << 64) | 0x1234) }
+        };
+        // Block i holds key i, as a cached block would.
+        let mut blocks = vec![Block::FREE; 64];
+        for (i, block) in blocks.iter_mut().enumerate() {
+            block.key = Some(key(i as u64));
+        }
+        assert_eq!(fold(key(3)), fold(key(35)));
         let mut state = 1u64;
         for step in 0..5_000u64 {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            let k = key(state >> 58);
+            let i = state >> 58;
+            let k = key(i);
             match model.get(&k) {
                 Some(_) if state & 1 == 0 => {
-                    let slot = index.find(k).expect("a key in the model is indexed");
+                    let slot = index.find(k, &blocks).expect("a key in the model is indexed");
                     index.remove(slot);
                     model.remove(&k);
                 }
                 Some(_) => {}
-                None if model.len() < 64 => {
-                    let slot = index.find_or_insert(k);
-                    index.slots[slot].first = step as u32;
-                    model.insert(k, step as u32);
+                None => {
+                    let slot = index.find_or_insert(k, &blocks);
+                    index.slots[slot].first = i as u32;
+                    model.insert(k, i as u32);
                 }
-                None => {}
             }
             for i in 0..64 {
                 let k = key(i);
                 assert_eq!(
-                    index.find(k).map(|s| index.slots[s].first),
+                    index.find(k, &blocks).map(|s| index.slots[s].first),
                     model.get(&k).copied(),
                     "step {step}"
                 );
