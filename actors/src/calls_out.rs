@@ -12,6 +12,9 @@ use blis_contracts::CallRecord;
 use blis_kernel::{Streams, Substream};
 use sha2::{Digest, Sha256};
 
+/// The largest sample: the sample is held in memory until the run ends (about 1 KB a call).
+pub const MAX_SAMPLE: u64 = 1_000_000;
+
 /// Which calls `calls.jsonl` holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CallSelection {
@@ -28,15 +31,17 @@ pub enum CallSelection {
 impl FromStr for CallSelection {
     type Err = String;
 
-    /// `all`, `none`, or `sample N` (also `sample:N`) with N ≥ 1.
+    /// `all`, `none`, or `sample N` (also `sample:N`) with 1 ≤ N ≤ [`MAX_SAMPLE`].
     fn from_str(text: &str) -> Result<CallSelection, String> {
         let words: Vec<&str> = text.split([' ', ':', '=']).filter(|w| !w.is_empty()).collect();
         match words.as_slice() {
             ["all"] => Ok(CallSelection::All),
             ["none"] => Ok(CallSelection::None),
             ["sample", n] => match n.parse::<u64>() {
-                Ok(n) if n >= 1 => Ok(CallSelection::Sample(n)),
-                _ => Err(format!("the sample size must be a whole number ≥ 1, got `{n}`")),
+                Ok(n) if (1..=MAX_SAMPLE).contains(&n) => Ok(CallSelection::Sample(n)),
+                _ => Err(format!(
+                    "the sample size must be a whole number from 1 to {MAX_SAMPLE} (the sample is held in memory until the run ends), got `{n}`"
+                )),
             },
             _ => Err(format!("must be `all`, `sample N` or `none`, got `{text}`")),
         }
@@ -158,6 +163,8 @@ mod tests {
         assert_eq!("sample 10".parse(), Ok(CallSelection::Sample(10)));
         assert_eq!("sample:3".parse(), Ok(CallSelection::Sample(3)));
         assert!("sample 0".parse::<CallSelection>().is_err());
+        assert_eq!("sample 1000000".parse(), Ok(CallSelection::Sample(MAX_SAMPLE)));
+        assert!("sample 1000001".parse::<CallSelection>().is_err());
         assert!("sample".parse::<CallSelection>().is_err());
         assert!("some".parse::<CallSelection>().is_err());
     }
