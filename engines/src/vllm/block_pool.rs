@@ -187,8 +187,9 @@ impl BlockPool {
                 continue;
             }
             let key = keys[cached + i];
-            debug_assert!(self.blocks[id as usize].key.is_none(), "block {id} is cached twice");
-            self.blocks[id as usize].key = Some(key);
+            debug_assert!(!self.blocks[id as usize].cached, "block {id} is cached twice");
+            self.blocks[id as usize].key = key;
+            self.blocks[id as usize].cached = true;
             self.link(id, key);
             if self.record_events {
                 self.blocks[id as usize].event_hash = event_value(&hashes[cached + i]);
@@ -242,9 +243,9 @@ impl BlockPool {
     }
 
     fn evict(&mut self, id: BlockId) {
-        let Some(key) = self.blocks[id as usize].key else { return };
+        let Some(key) = self.blocks[id as usize].cached_key() else { return };
         let slot = self.index.find(key, &self.blocks).expect("a cached block's key is indexed");
-        self.blocks[id as usize].key = None;
+        self.blocks[id as usize].cached = false;
         let (prev, next) = (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next);
         if prev == NONE {
             self.index.slots[slot].first = next;
@@ -306,8 +307,8 @@ impl BlockPool {
 /// One block's state.
 #[derive(Clone, Copy, Debug)]
 struct Block {
-    /// Its key while it is cached.
-    key: Option<BlockKey>,
+    /// Its key (meaningful while it is cached).
+    key: BlockKey,
     /// Its neighbours in the free queue.
     prev: u32,
     next: u32,
@@ -318,18 +319,27 @@ struct Block {
     ref_count: u32,
     /// Its hash as KV events carry it (kept while cached, when events are recorded).
     event_hash: u64,
+    /// Whether it is cached (under `key`); a flag rather than an `Option` keeps a block at 48
+    /// bytes.
+    cached: bool,
 }
 
 impl Block {
     const FREE: Block = Block {
-        key: None,
+        key: 0,
         prev: NONE,
         next: NONE,
         same_prev: NONE,
         same_next: NONE,
         ref_count: 0,
         event_hash: 0,
+        cached: false,
     };
+
+    /// Its key, if it is cached.
+    fn cached_key(&self) -> Option<BlockKey> {
+        self.cached.then_some(self.key)
+    }
 }
 
 /// One key's entry in the cache index: the key folded to 64 bits, and the first and last block
@@ -379,7 +389,7 @@ impl CacheIndex {
             if slot.first == NONE {
                 return None;
             }
-            if slot.folded == folded && blocks[slot.first as usize].key == Some(key) {
+            if slot.folded == folded && blocks[slot.first as usize].cached_key() == Some(key) {
                 return Some(at);
             }
             at = (at + 1) & self.mask;
@@ -396,7 +406,7 @@ impl CacheIndex {
                 slot.folded = folded;
                 return at;
             }
-            if slot.folded == folded && blocks[slot.first as usize].key == Some(key) {
+            if slot.folded == folded && blocks[slot.first as usize].cached_key() == Some(key) {
                 return at;
             }
             at = (at + 1) & self.mask;
@@ -510,7 +520,8 @@ mod tests {
         // Block i holds key i, as a cached block would.
         let mut blocks = vec![Block::FREE; 64];
         for (i, block) in blocks.iter_mut().enumerate() {
-            block.key = Some(key(i as u64));
+            block.key = key(i as u64);
+            block.cached = true;
         }
         assert_eq!(fold(key(3)), fold(key(35)));
         let mut state = 1u64;
