@@ -16,6 +16,7 @@ use serde_json::json;
 
 use crate::client::{Client, ClientWiring};
 use crate::engine_host::EngineHost;
+use crate::ledger::CallLedger;
 use crate::message::ClusterMessage;
 use crate::router_host::{LlmdWiring, RouterHost};
 use crate::workload;
@@ -34,6 +35,8 @@ pub struct AssembledCluster {
     pub identities: Vec<EngineIdentity>,
     /// Requests the clients will send, when every source knows it in advance.
     pub expected_requests: Option<u64>,
+    /// Where the clients hand the records of ended requests.
+    pub ledger: CallLedger,
 }
 
 /// A planned pool, before it becomes actors.
@@ -188,7 +191,9 @@ pub fn assemble(
     for (id, name, pool) in &engines {
         let environment = Box::new(Pricer::new(&pool.chip, &pool.plan.pool, &data.registry));
         let engine = VllmEngine::new(pool.plan.clone(), environment);
-        assembly.install(*id, EngineHost::new(name, engine, router, to_engine)).map_err(install_error)?;
+        assembly
+            .install(*id, EngineHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some()))
+            .map_err(install_error)?;
     }
     // Token ids are drawn below the smallest vocabulary served, so every engine could take them.
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");
@@ -196,6 +201,7 @@ pub fn assemble(
     let mut served: Vec<&str> = pools.iter().map(|p| &*p.model).collect();
     served.sort_unstable();
     served.dedup();
+    let ledger = CallLedger::new();
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let model = client_model(client_source.model.as_deref(), &client_source.model_path, &served)?;
         let wiring = ClientWiring {
@@ -208,6 +214,7 @@ pub fn assemble(
             keep_released: options.keep_released,
             model: Arc::from(model),
             notify_done,
+            ledger: ledger.clone(),
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;
@@ -251,6 +258,7 @@ pub fn assemble(
         resolved,
         identities,
         expected_requests,
+        ledger,
     })
 }
 

@@ -9,7 +9,8 @@
 //! so a later turn's prompt holds the earlier turn's real output ids. Tool calls and intervals
 //! are timers. A call not answered within its timeout is aborted: the client records it as timed
 //! out and sends an abort, which frees the engine's blocks; a node that fails leaves its
-//! descendants unsent.
+//! descendants unsent. When a request ends, its calls' records leave the client through the
+//! run's [`CallLedger`]; the client keeps nothing of a request after it ends.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use blis_kernel::{
     TimeAdvance,
 };
 
+use crate::ledger::CallLedger;
 use crate::message::{CallAbort, CallRequest, ClusterMessage};
 use crate::workload::sampling::draw_duration_us;
 use crate::workload::{Pacing, Planned, RequestSource};
@@ -53,8 +55,8 @@ struct LiveRequest {
     arrival_us: u64,
     stage: u32,
     nodes: Vec<NodeState>,
-    /// The call index of each LLM node.
-    calls: Vec<Option<usize>>,
+    /// The call key of each LLM node.
+    calls: Vec<Option<u64>>,
     /// What each LLM node sent, for later history parts.
     exchanges: Vec<Option<Exchange>>,
     children: Vec<Vec<usize>>,
@@ -89,6 +91,8 @@ pub struct ClientWiring {
     pub model: Arc<str>,
     /// Whether to tell the router when it will send nothing more.
     pub notify_done: bool,
+    /// Where ended requests' call records go.
+    pub ledger: CallLedger,
 }
 
 /// What the client knows of one LLM call.
@@ -127,8 +131,8 @@ enum Timer {
     },
     /// A call's timeout.
     Timeout {
-        /// The call.
-        call: usize,
+        /// The call's key.
+        call: u64,
     },
     /// A closed loop's next request.
     Release,
@@ -160,8 +164,10 @@ pub struct Client {
     timer_sequence: u64,
     live: BTreeMap<usize, LiveRequest>,
     next_live: usize,
-    calls: Vec<Call>,
-    calls_by_key: BTreeMap<u64, usize>,
+    /// The calls of live requests, by key.
+    calls: BTreeMap<u64, Call>,
+    ledger: CallLedger,
+    ended: u64,
     outstanding: u64,
     arrived: u64,
     last_arrival_us: u64,
@@ -185,6 +191,7 @@ impl Client {
             keep_released,
             model,
             notify_done,
+            ledger,
         } = wiring;
         let component = format!("client/{name}");
         let mut client = Client {
@@ -208,8 +215,9 @@ impl Client {
             timer_sequence: 0,
             live: BTreeMap::new(),
             next_live: 0,
-            calls: Vec::new(),
-            calls_by_key: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            ledger,
+            ended: 0,
             outstanding: 0,
             arrived: 0,
             last_arrival_us: 0,
@@ -304,28 +312,30 @@ impl Client {
         for (i, node) in spec.nodes.iter().enumerate() {
             if let NodeKind::Llm(call) = &node.kind {
                 let key = call_key(self.index, sequence, i);
-                calls[i] = Some(self.calls.len());
-                self.calls_by_key.insert(key, self.calls.len());
-                self.calls.push(Call {
+                calls[i] = Some(key);
+                self.calls.insert(
                     key,
-                    name: if single { spec.id.clone() } else { format!("{}/{}", spec.id, node.id) },
-                    request: spec.id.clone(),
-                    node: node.id.clone(),
-                    parents: node.parents.clone(),
-                    live,
-                    node_index: i,
-                    sent_us: None,
-                    arrival_us: now_us,
-                    input_tokens: 0,
-                    output_tokens: call.output_tokens,
-                    instance: None,
-                    fate: None,
-                    token_latency_us: Vec::new(),
-                    cached_tokens: 0,
-                    preemptions: 0,
-                    request_e2e_us: None,
-                    settled_us: None,
-                });
+                    Call {
+                        key,
+                        name: if single { spec.id.clone() } else { format!("{}/{}", spec.id, node.id) },
+                        request: spec.id.clone(),
+                        node: node.id.clone(),
+                        parents: node.parents.clone(),
+                        live,
+                        node_index: i,
+                        sent_us: None,
+                        arrival_us: now_us,
+                        input_tokens: 0,
+                        output_tokens: call.output_tokens,
+                        instance: None,
+                        fate: None,
+                        token_latency_us: Vec::new(),
+                        cached_tokens: 0,
+                        preemptions: 0,
+                        request_e2e_us: None,
+                        settled_us: None,
+                    },
+                );
             }
         }
         self.live.insert(
@@ -411,14 +421,15 @@ impl Client {
     ) {
         let request = &self.live[&live];
         let index = request.calls[node].expect("an LLM node has a call");
+        let record = &self.calls[&index];
         let prompt: Arc<[u32]> = self.prompt(request, node, call).into();
         let output_key = format!("{}/{}", request.spec.id, request.spec.nodes[node].id);
         let output: Arc<[u32]> =
             self.token_ids(&self.component, "output-tokens", &output_key, call.output_tokens).collect();
-        let key = self.calls[index].key;
+        let key = record.key;
         let engine_request = EngineRequest {
             key,
-            name: Arc::from(self.calls[index].name.as_str()),
+            name: Arc::from(record.name.as_str()),
             priority: call.priority,
             prompt_token_ids: prompt.clone(),
             output_token_ids: output.clone(),
@@ -426,18 +437,19 @@ impl Client {
         };
         self.live.get_mut(&live).expect("a live request").exchanges[node] =
             Some(Exchange { prompt: prompt.clone(), output });
-        let record = &mut self.calls[index];
+        let record = self.calls.get_mut(&index).expect("a live request's call");
         record.sent_us = Some(now_us);
         record.arrival_us = now_us;
         record.input_tokens = prompt.len() as u32;
         self.outstanding += 1;
+        let (name, input_tokens) = (record.name.clone(), record.input_tokens);
         if let Some(timeout_us) = call.timeout_us {
             self.schedule(now_us.saturating_add(timeout_us), Timer::Timeout { call: index });
         }
         if let Some(notes) = out.notes() {
             notes
-                .phase_begin("request", key, self.calls[index].name.clone())
-                .arg("input_tokens", u64::from(self.calls[index].input_tokens))
+                .phase_begin("request", key, name)
+                .arg("input_tokens", u64::from(input_tokens))
                 .arg("output_tokens", u64::from(call.output_tokens));
             notes.phase_begin("request", key, "queued");
             notes.counter("client", "outstanding", self.outstanding as f64);
@@ -478,7 +490,7 @@ impl Client {
         }
         for child in failed {
             if let Some(call) = request.calls[child] {
-                self.calls[call].fate = Some(Fate::NotStarted);
+                self.calls.get_mut(&call).expect("a live request's call").fate = Some(Fate::NotStarted);
             }
         }
         ready.sort_unstable();
@@ -488,8 +500,8 @@ impl Client {
         self.maybe_end(live, now_us);
     }
 
-    /// End `live` if all its nodes are settled: write the request's end to end time and let the
-    /// pacing release what waits for it.
+    /// End `live` if all its nodes are settled: write the request's end to end time, hand its
+    /// calls' records to the ledger and let the pacing release what waits for it.
     fn maybe_end(&mut self, live: usize, now_us: u64) {
         if self.live.get(&live).is_none_or(|r| r.unsettled > 0) {
             return;
@@ -497,9 +509,17 @@ impl Client {
         let request = self.live.remove(&live).expect("checked above");
         let all_done = request.nodes.iter().all(|&n| n == NodeState::Done);
         if all_done
-            && let Some(last) = request.calls.iter().flatten().max_by_key(|&&c| self.calls[c].fate_time())
+            && let Some(last) = request.calls.iter().flatten().max_by_key(|&&c| self.calls[&c].fate_time())
         {
-            self.calls[*last].request_e2e_us = Some(now_us - request.arrival_us);
+            self.calls.get_mut(last).expect("a live request's call").request_e2e_us =
+                Some(now_us - request.arrival_us);
+        }
+        let settle_key = (now_us, self.index, self.ended);
+        self.ended += 1;
+        for key in request.calls.iter().flatten() {
+            let call = self.calls.remove(key).expect("a live request's call");
+            let fate = call.fate.clone().expect("an ended request's calls are settled");
+            self.ledger.settle(settle_key, self.record(call, fate));
         }
         match self.pacing {
             Pacing::Closed { think_time_s, .. } => {
@@ -518,8 +538,9 @@ impl Client {
     }
 
     fn receive(&mut self, now_us: u64, message: ClusterMessage, out: &mut Outbox<ClusterMessage>) {
-        let Some(&index) = self.calls_by_key.get(&message.key()) else { return };
-        let call = &mut self.calls[index];
+        let index = message.key();
+        // A call whose request already ended was answered after its timeout.
+        let Some(call) = self.calls.get_mut(&index) else { return };
         if call.fate.is_some() {
             // Answered after its timeout: already settled.
             return;
@@ -562,7 +583,7 @@ impl Client {
         self.outstanding -= 1;
         if let Some(notes) = out.notes() {
             // The innermost phase (returning, or queued for a refused call), then the call.
-            let key = self.calls[index].key;
+            let key = index;
             notes.phase_end("request", key);
             notes.phase_end("request", key);
             notes.counter("client", "outstanding", self.outstanding as f64);
@@ -573,14 +594,12 @@ impl Client {
     fn fire(&mut self, now_us: u64, timer: Timer, out: &mut Outbox<ClusterMessage>) {
         match timer {
             Timer::NodeEnds { live, node } => self.settle(live, node, true, now_us, out),
-            Timer::Timeout { call } => {
-                if self.calls[call].fate.is_some() {
-                    return;
-                }
-                self.calls[call].fate = Some(Fate::TimedOut);
-                self.calls[call].settled_us = Some(now_us);
+            Timer::Timeout { call: key } => {
+                let Some(call) = self.calls.get_mut(&key).filter(|c| c.fate.is_none()) else { return };
+                call.fate = Some(Fate::TimedOut);
+                call.settled_us = Some(now_us);
+                let (live, node) = (call.live, call.node_index);
                 self.outstanding -= 1;
-                let key = self.calls[call].key;
                 if let Some(notes) = out.notes() {
                     notes.phase_end("request", key);
                     notes.phase_end("request", key);
@@ -591,7 +610,6 @@ impl Client {
                     self.delay_to_router,
                     ClusterMessage::Abort(CallAbort { key, client: self.me }),
                 );
-                let (live, node) = (self.calls[call].live, self.calls[call].node_index);
                 self.settle(live, node, false, now_us, out);
             }
             Timer::Release => self.arrive(now_us, out),
@@ -628,33 +646,44 @@ impl Client {
         self.schedule(detected + interval_us, Timer::StageStarts);
     }
 
-    /// One record per call of every request that arrived, for `replication`; a call without an
-    /// answer gets its fate from `unanswered` (given its key), a call never sent is not started.
-    pub fn records(&self, replication: u32, mut unanswered: impl FnMut(u64) -> Fate) -> Vec<CallRecord> {
-        self.calls
-            .iter()
-            .map(|call| CallRecord {
-                replication,
-                request_id: call.name.clone(),
-                request: call.request.clone(),
-                node: call.node.clone(),
-                parents: call.parents.clone(),
-                client: self.name.clone(),
-                arrival_us: call.arrival_us,
-                input_tokens: call.input_tokens,
-                output_tokens: call.output_tokens,
-                instance: call.instance.as_deref().unwrap_or("").to_owned(),
-                cached_tokens: call.cached_tokens,
-                preemptions: call.preemptions,
-                fate: call.fate.clone().unwrap_or_else(|| match call.sent_us {
+    /// The records of the calls of requests that had not ended when the run stopped, requests
+    /// in arrival order and calls in node order; a call without an answer gets its fate from
+    /// `unanswered` (given its key), a call never sent is not started.
+    pub fn unended_records(&mut self, mut unanswered: impl FnMut(u64) -> Fate) -> Vec<CallRecord> {
+        let keys: Vec<u64> = self.live.values().flat_map(|r| r.calls.iter().flatten().copied()).collect();
+        self.live.clear();
+        keys.into_iter()
+            .map(|key| {
+                let call = self.calls.remove(&key).expect("a live request's call");
+                let fate = call.fate.clone().unwrap_or_else(|| match call.sent_us {
                     Some(_) => unanswered(call.key),
                     None => Fate::NotStarted,
-                }),
-                settled_us: call.settled_us,
-                token_latency_us: call.token_latency_us.clone(),
-                request_e2e_us: call.request_e2e_us,
+                });
+                self.record(call, fate)
             })
             .collect()
+    }
+
+    /// The record of `call`, which ended as `fate` (the run stamps its replication).
+    fn record(&self, call: Call, fate: Fate) -> CallRecord {
+        CallRecord {
+            replication: 0,
+            request_id: call.name,
+            request: call.request,
+            node: call.node,
+            parents: call.parents,
+            client: self.name.clone(),
+            arrival_us: call.arrival_us,
+            input_tokens: call.input_tokens,
+            output_tokens: call.output_tokens,
+            instance: call.instance.as_deref().unwrap_or("").to_owned(),
+            cached_tokens: call.cached_tokens,
+            preemptions: call.preemptions,
+            fate,
+            settled_us: call.settled_us,
+            token_latency_us: call.token_latency_us,
+            request_e2e_us: call.request_e2e_us,
+        }
     }
 
     /// The next time the client acts on its own, µs.

@@ -54,7 +54,9 @@ pub struct EngineHost {
     /// Requests whose first token the router wants to hear of, not yet produced.
     first_token_pending: BTreeSet<u64>,
     finished: Vec<FinishedRequest>,
-    answered: Vec<u64>,
+    /// Keys of the requests answered, kept only when the run stops at a horizon (they tell an
+    /// answer still travelling from a request never scheduled).
+    answered: Option<Vec<u64>>,
     aborted: u64,
     /// Requests in the API server, by the time they reach the engine.
     in_frontend: BTreeMap<(SimTime, u64), Box<CallRequest>>,
@@ -66,8 +68,15 @@ pub struct EngineHost {
 }
 
 impl EngineHost {
-    /// A host for `engine`, named `name`, answering through `router`.
-    pub fn new(name: &str, engine: VllmEngine, router: ActorId, delay_to_router: SimDuration) -> EngineHost {
+    /// A host for `engine`, named `name`, answering through `router`; it keeps the keys of the
+    /// requests it answered if `keep_answered` (a run with a horizon needs them).
+    pub fn new(
+        name: &str,
+        engine: VllmEngine,
+        router: ActorId,
+        delay_to_router: SimDuration,
+        keep_answered: bool,
+    ) -> EngineHost {
         let steps_in_flight = engine.plan().pool.steps_in_flight.max(1) as usize;
         EngineHost {
             name: Arc::from(name),
@@ -82,7 +91,7 @@ impl EngineHost {
             clients: BTreeMap::new(),
             first_token_pending: BTreeSet::new(),
             finished: Vec::new(),
-            answered: Vec::new(),
+            answered: keep_answered.then(Vec::new),
             aborted: 0,
             in_frontend: BTreeMap::new(),
             frontend_sequence: 0,
@@ -129,9 +138,9 @@ impl EngineHost {
         }
     }
 
-    /// Keys of the requests this instance finished and answered.
+    /// Keys of the requests this instance finished and answered (none unless kept).
     pub fn answered(&self) -> &[u64] {
-        &self.answered
+        self.answered.as_deref().unwrap_or_default()
     }
 
     fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
@@ -225,7 +234,9 @@ impl EngineHost {
         }
         for done in self.finished.drain(..) {
             let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
-            self.answered.push(done.key);
+            if let Some(answered) = &mut self.answered {
+                answered.push(done.key);
+            }
             let answer = CallCompletion {
                 key: done.key,
                 client,

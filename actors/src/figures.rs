@@ -5,87 +5,58 @@
 use std::collections::BTreeMap;
 
 use blis_contracts::{
-    AcceptanceOutcome, CallRecord, EstimateRecord, Fate, FrameSpec, LatencySummary, Metrics, OverloadRecord,
-    Rank, RankShares, ReplicationRecord, RunKind, ValidityRecord, WarmUp,
+    AcceptanceOutcome, EstimateRecord, FrameSpec, LatencySummary, Metrics, OverloadRecord, Rank, RankShares,
+    ReplicationRecord, RunKind, ValidityRecord,
 };
 use blis_costmodel::Registry;
-use serde_json::json;
 
-use crate::metrics::{metrics, tpot_us};
 use crate::replication::ReplicationRun;
 use crate::stats::batch_means::{DEFAULT_BATCHES, batch_means};
-use crate::stats::histogram::LatencyHistogram;
 use crate::stats::interval::{DEFAULT_LEVEL, estimate};
 use crate::stats::overload::{ABANDONED_SHARE, assess_overload};
 use crate::stats::warmup::mser5;
+use crate::tally::{Tally, Window};
 
 /// Backlog samples taken over the offered load for the overload assessment.
 const BACKLOG_SAMPLES: usize = 200;
 
-/// One replication's figures.
-pub fn replication_record(run: &ReplicationRun, frame: &FrameSpec) -> ReplicationRecord {
-    let warm_up_before_us = warm_up_end(&run.calls, frame.warm_up());
-    let window: Vec<&CallRecord> = run.calls.iter().filter(|c| c.arrival_us >= warm_up_before_us).collect();
-    let overload = overload(&run.calls, run.last_arrival_us, run.stopped_overloaded_us);
+/// One replication's figures, and its measured window (kept for the batch means).
+pub fn replication_record(run: &ReplicationRun, frame: &FrameSpec) -> (ReplicationRecord, Window) {
+    let window = run.tally.window(mser5_cut);
+    let overload = overload(&run.tally, run.last_arrival_us, run.stopped_overloaded_us);
     let withhold = overload.overloaded && !frame.acceptance.allow_overload;
-    let metrics = metrics(&window, &run.calls, &run.instances, frame.slo.as_ref(), withhold);
-    ReplicationRecord {
+    let metrics =
+        Tally::metrics(&window, run.tally.makespan_s(), &run.instances, frame.slo.as_ref(), withhold);
+    let record = ReplicationRecord {
         seed: run.seed,
         fates: run.fates,
         metrics,
-        warm_up_before_us,
+        warm_up_before_us: window.from_us,
         overload,
-        histograms: histograms(&window),
+        histograms: Tally::histograms(&window),
         end_time_us: run.simulation.end_time_us,
         engine_steps: run.simulation.engine_steps,
-    }
+    };
+    (record, window)
 }
 
-/// The time before which calls are warm-up, µs.
-fn warm_up_end(calls: &[CallRecord], method: WarmUp) -> u64 {
-    match method {
-        WarmUp::None => 0,
-        WarmUp::Fixed { seconds } => (seconds * 1e6).ceil() as u64,
-        WarmUp::Mser5 => {
-            let mut completed: Vec<(u64, f64)> =
-                calls.iter().filter_map(|c| c.ttft_us().map(|t| (c.arrival_us, t as f64))).collect();
-            completed.sort_by_key(|&(at, _)| at);
-            let series: Vec<f64> = completed.iter().map(|&(_, t)| t).collect();
-            match mser5(&series) {
-                Ok(cut) if cut.discard > 0 && cut.discard < completed.len() => completed[cut.discard].0,
-                _ => 0,
-            }
-        }
+/// The MSER-5 cut of the completed calls' TTFT series in send order: the send time of the
+/// first call kept, or 0 when nothing is discarded or the series is too short to tell.
+fn mser5_cut(completed: &[(u64, f64)]) -> u64 {
+    let series: Vec<f64> = completed.iter().map(|&(_, t)| t).collect();
+    match mser5(&series) {
+        Ok(cut) if cut.discard > 0 && cut.discard < completed.len() => completed[cut.discard].0,
+        _ => 0,
     }
 }
 
 /// Whether the run is overloaded, by the rule of `docs/METRICS.md`: the calls waiting for their
 /// first token over the offered load (until the last arrival) keep growing, or the clients
 /// abandon at least as many calls as the cluster serves, or the stop rule stopped the run.
-fn overload(calls: &[CallRecord], last_arrival_us: u64, stopped_us: Option<u64>) -> OverloadRecord {
-    // A call waits from when it is sent until its first token reaches the client, or until it
-    // is refused or abandoned; one unanswered at the end waits to the end.
-    let mut events: Vec<(u64, i64)> = Vec::with_capacity(2 * calls.len());
-    for call in calls.iter().filter(|c| c.fate != Fate::NotStarted) {
-        events.push((call.arrival_us, 1));
-        let served = call.ttft_us().map(|t| call.arrival_us + t);
-        if let Some(left) = served.or(call.settled_us) {
-            events.push((left, -1));
-        }
-    }
-    events.sort_unstable();
-    let mut samples = Vec::with_capacity(BACKLOG_SAMPLES);
-    let (mut backlog, mut next) = (0i64, 0);
-    for k in 1..=BACKLOG_SAMPLES {
-        let t = last_arrival_us as f64 * k as f64 / BACKLOG_SAMPLES as f64;
-        while next < events.len() && (events[next].0 as f64) <= t {
-            backlog += events[next].1;
-            next += 1;
-        }
-        samples.push((t / 1e6, backlog as f64));
-    }
+fn overload(tally: &Tally, last_arrival_us: u64, stopped_us: Option<u64>) -> OverloadRecord {
+    let samples = tally.backlog_samples(last_arrival_us, BACKLOG_SAMPLES);
     let final_backlog = samples.last().map_or(0.0, |&(_, b)| b);
-    let abandoned_share = abandoned_share(calls, last_arrival_us);
+    let abandoned_share = tally.abandoned_share(last_arrival_us);
     let abandoned = abandoned_share.is_some_and(|share| share >= ABANDONED_SHARE);
     let (growing, backlog_growth_per_s) = match assess_overload(&samples) {
         Ok(assessment) => (assessment.overloaded, Some(assessment.slope)),
@@ -98,42 +69,6 @@ fn overload(calls: &[CallRecord], last_arrival_us: u64, stopped_us: Option<u64>)
         abandoned_share,
         stopped_at_us: stopped_us,
     }
-}
-
-/// Of the calls sent in the second half of the offered load that were answered or abandoned,
-/// the share abandoned (timed out); absent when none was abandoned.
-fn abandoned_share(calls: &[CallRecord], last_arrival_us: u64) -> Option<f64> {
-    let from = last_arrival_us / 2;
-    let (mut served, mut abandoned) = (0u64, 0u64);
-    for call in calls.iter().filter(|c| c.arrival_us >= from && c.arrival_us <= last_arrival_us) {
-        match call.fate {
-            Fate::Completed => served += 1,
-            Fate::TimedOut => abandoned += 1,
-            _ => {}
-        }
-    }
-    (abandoned > 0).then(|| abandoned as f64 / (served + abandoned) as f64)
-}
-
-/// Mergeable histograms of the window's latencies, µs.
-fn histograms(window: &[&CallRecord]) -> serde_json::Value {
-    let (mut ttft, mut tpot, mut itl, mut e2e) =
-        (LatencyHistogram::new(), LatencyHistogram::new(), LatencyHistogram::new(), LatencyHistogram::new());
-    for call in window.iter().filter(|c| c.fate == Fate::Completed) {
-        if let Some(t) = call.ttft_us() {
-            ttft.record(t);
-        }
-        if let Some(t) = tpot_us(call) {
-            tpot.record(t.round() as u64);
-        }
-        for &gap in call.token_latency_us.iter().skip(1) {
-            itl.record(gap);
-        }
-        if let Some(t) = call.e2e_us() {
-            e2e.record(t);
-        }
-    }
-    json!({ "ttft_us": ttft, "tpot_us": tpot, "itl_us": itl, "e2e_us": e2e })
 }
 
 /// The scalar figures of one replication, named `metric.statistic` for latency summaries.
@@ -173,7 +108,7 @@ pub(crate) fn scalars(metrics: &Metrics) -> Vec<(String, Option<f64>)> {
 /// replication gets batch-means intervals for the latency means.
 pub fn estimates(
     records: &[ReplicationRecord],
-    first: &ReplicationRun,
+    first: &Window,
     kind: RunKind,
 ) -> BTreeMap<String, EstimateRecord> {
     let mut by_name: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
@@ -193,15 +128,14 @@ pub fn estimates(
         }
     }
     if kind == RunKind::SteadyState && records.len() == 1 && records[0].metrics.ttft_ms.is_some() {
-        let window: Vec<&CallRecord> = first
-            .calls
-            .iter()
-            .filter(|c| c.arrival_us >= records[0].warm_up_before_us && c.fate == Fate::Completed)
-            .collect();
+        let window = &first.series;
         let series: [(&str, Vec<f64>); 3] = [
-            ("ttft_ms.mean", window.iter().filter_map(|c| c.ttft_us()).map(|t| t as f64 / 1e3).collect()),
-            ("tpot_ms.mean", window.iter().filter_map(|c| tpot_us(c)).map(|t| t / 1e3).collect()),
-            ("e2e_ms.mean", window.iter().filter_map(|c| c.e2e_us()).map(|t| t as f64 / 1e3).collect()),
+            ("ttft_ms.mean", window.iter().map(|c| c.ttft_us as f64 / 1e3).collect()),
+            (
+                "tpot_ms.mean",
+                window.iter().filter(|c| !c.tpot_us.is_nan()).map(|c| c.tpot_us / 1e3).collect(),
+            ),
+            ("e2e_ms.mean", window.iter().map(|c| c.e2e_us as f64 / 1e3).collect()),
         ];
         for (name, values) in series {
             if let Ok(batches) = batch_means(&values, DEFAULT_BATCHES, DEFAULT_LEVEL) {

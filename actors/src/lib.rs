@@ -9,25 +9,30 @@
 
 mod assembly;
 pub mod calibration;
+mod calls_out;
 mod client;
 mod comparison;
 mod engine_host;
 mod figures;
+mod ledger;
 mod message;
 mod metrics;
 mod replication;
 mod router_host;
 mod run;
 pub mod stats;
+mod tally;
 pub mod validation;
 pub mod workload;
 
 pub use assembly::{AssembledCluster, AssemblyOptions, assemble};
+pub use calls_out::{CallSelection, CallsOut, CallsOutError};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
 pub use comparison::{Configuration, MetricComparison, compare_configs};
 pub use engine_host::EngineHost;
+pub use ledger::CallLedger;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
-pub use metrics::{metrics, summarise_us};
+pub use metrics::{Figures, Summary};
 pub use router_host::RouterHost;
 pub use run::{
     DEFAULT_SEED, Observers, Progress, RunError, RunOptions, RunOutput, request_key, run, run_observed,

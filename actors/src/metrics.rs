@@ -1,27 +1,16 @@
-//! One replication's figures, computed from its call records and instance counters as
-//! `contracts::METRICS` defines them (also in `docs/METRICS.md`).
+//! One replication's figures, gathered from its call records as they settle and from its
+//! instance counters, as `contracts::METRICS` defines them (also in `docs/METRICS.md`).
 //!
-//! Latencies cover completed calls of the measured window only. Percentiles are nearest-rank.
-//! Throughput is over the span from the window's first send to its last completion.
+//! Latencies cover completed calls of the measured window only. Means are exact; percentiles
+//! are nearest-rank, read from a mergeable log-linear histogram: never below the exact value
+//! and less than 1/1024 of it above (exact below 2,048 µs; fractional values such as TPOT are
+//! rounded to whole µs first). Throughput is over the span from the window's first send to its
+//! last completion.
 
 use blis_contracts::{CallRecord, Fate, InstanceRecord, LatencySummary, Metrics, Slo};
 
-/// Summary of samples given in microseconds, reported in milliseconds.
-pub fn summarise_us(mut samples: Vec<f64>) -> LatencySummary {
-    if samples.is_empty() {
-        return LatencySummary::default();
-    }
-    samples.sort_by(f64::total_cmp);
-    let n = samples.len();
-    let rank = |p: f64| samples[((p / 100.0 * n as f64).ceil() as usize).clamp(1, n) - 1] / 1_000.0;
-    LatencySummary {
-        count: n as u64,
-        mean: samples.iter().sum::<f64>() / n as f64 / 1_000.0,
-        p50: rank(50.0),
-        p90: rank(90.0),
-        p99: rank(99.0),
-    }
-}
+use crate::stats::histogram::LatencyHistogram;
+use crate::tally::SeriesCall;
 
 /// Time per output token of a completed call, µs, if it has at least two tokens.
 pub fn tpot_us(call: &CallRecord) -> Option<f64> {
@@ -30,69 +19,183 @@ pub fn tpot_us(call: &CallRecord) -> Option<f64> {
 }
 
 /// Whether a completed call meets every objective of `slo`.
-fn meets(call: &CallRecord, slo: &Slo) -> bool {
+pub(crate) fn meets(call: &CallRecord, slo: &Slo) -> bool {
     let ttft_ok = slo.ttft_ms.is_none_or(|limit| call.ttft_us().is_some_and(|t| t as f64 / 1_000.0 <= limit));
     let tpot_ok = slo.tpot_ms.is_none_or(|limit| tpot_us(call).is_none_or(|t| t / 1_000.0 <= limit));
     ttft_ok && tpot_ok
 }
 
-/// The figures of `window` (the measured calls), with whole-run quantities from `all` and the
-/// instances; latency summaries are left out when `withhold_latency`.
-pub fn metrics(
-    window: &[&CallRecord],
-    all: &[CallRecord],
-    instances: &[InstanceRecord],
-    slo: Option<&Slo>,
-    withhold_latency: bool,
-) -> Metrics {
-    let completed: Vec<&CallRecord> = window.iter().copied().filter(|c| c.fate == Fate::Completed).collect();
-    // A figure with no samples is absent, never a summary of zeros.
-    let summary = |values: Vec<f64>| (!withhold_latency && !values.is_empty()).then(|| summarise_us(values));
-    let end = |c: &CallRecord| c.e2e_us().map(|e| c.arrival_us + e);
-    let first_send = window.iter().map(|c| c.arrival_us).min();
-    let last_done = completed.iter().filter_map(|c| end(c)).max();
-    let span_s = match (first_send, last_done) {
-        (Some(start), Some(end)) if end > start => (end - start) as f64 / 1e6,
-        _ => 0.0,
-    };
-    let per_s = |x: f64| if span_s > 0.0 { x / span_s } else { 0.0 };
-    let output_tokens: u64 = completed.iter().map(|c| u64::from(c.output_tokens)).sum();
-    let makespan_s = match (
-        all.iter().map(|c| c.arrival_us).min(),
-        all.iter().filter(|c| c.fate == Fate::Completed).filter_map(end).max(),
+/// One latency figure gathered value by value: a mergeable histogram for the percentiles (of
+/// values rounded to whole µs) and the exact sum of the values for the mean.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    histogram: LatencyHistogram,
+    sum_us: f64,
+}
+
+impl Summary {
+    /// Record one value, µs.
+    pub fn record(&mut self, value_us: f64) {
+        self.histogram.record(value_us.round() as u64);
+        self.sum_us += value_us;
+    }
+
+    /// Add every value of `other`.
+    pub fn merge(&mut self, other: &Summary) {
+        self.histogram.merge(&other.histogram);
+        self.sum_us += other.sum_us;
+    }
+
+    /// The histogram of the values.
+    pub fn histogram(&self) -> &LatencyHistogram {
+        &self.histogram
+    }
+
+    /// Count, exact mean and histogram percentiles, in ms.
+    pub fn summary(&self) -> LatencySummary {
+        let n = self.histogram.count();
+        if n == 0 {
+            return LatencySummary::default();
+        }
+        let ms = |p: f64| self.histogram.value_at_percentile(p).map_or(0.0, |v| v as f64 / 1_000.0);
+        LatencySummary {
+            count: n,
+            mean: self.sum_us / n as f64 / 1_000.0,
+            p50: ms(50.0),
+            p90: ms(90.0),
+            p99: ms(99.0),
+        }
+    }
+}
+
+/// The figures of one measured window, gathered call by call as calls settle: nothing is kept
+/// per call.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    /// Time to first token of completed calls.
+    pub ttft: Summary,
+    /// Time per output token of completed calls with two tokens or more.
+    pub tpot: Summary,
+    /// Every gap between tokens of completed calls.
+    pub itl: Summary,
+    /// End to end of completed calls.
+    pub e2e: Summary,
+    /// End to end over output tokens of completed calls.
+    pub normalized_e2e: Summary,
+    /// Requests' end to end (on the call that ended each request).
+    pub request_e2e: Summary,
+    first_send_us: Option<u64>,
+    last_done_us: Option<u64>,
+    output_tokens: u64,
+    completed: u64,
+    good: u64,
+}
+
+impl Figures {
+    /// Count one call of the window (`slo` decides goodput); `gaps` says whether its token gaps
+    /// go into `itl` (a caller keeping them elsewhere passes false).
+    pub fn add(&mut self, call: &CallRecord, slo: Option<&Slo>, gaps: bool) {
+        self.first_send_us = Some(self.first_send_us.map_or(call.arrival_us, |t| t.min(call.arrival_us)));
+        if let Some(e2e) = call.request_e2e_us {
+            self.request_e2e.record(e2e as f64);
+        }
+        if call.fate != Fate::Completed {
+            return;
+        }
+        self.completed += 1;
+        self.output_tokens += u64::from(call.output_tokens);
+        if slo.is_some_and(|slo| meets(call, slo)) {
+            self.good += 1;
+        }
+        if let Some(ttft) = call.ttft_us() {
+            self.ttft.record(ttft as f64);
+        }
+        if let Some(tpot) = tpot_us(call) {
+            self.tpot.record(tpot);
+        }
+        if gaps {
+            for &gap in call.token_latency_us.iter().skip(1) {
+                self.itl.record(gap as f64);
+            }
+        }
+        if let Some(e2e) = call.e2e_us() {
+            self.e2e.record(e2e as f64);
+            self.normalized_e2e.record(e2e as f64 / f64::from(call.output_tokens.max(1)));
+            let done = call.arrival_us + e2e;
+            self.last_done_us = Some(self.last_done_us.map_or(done, |t| t.max(done)));
+        }
+    }
+
+    /// Count a window's completed calls kept as a series, the requests' end-to-end times and
+    /// the window's first send (token gaps are counted apart, into `itl`).
+    pub(crate) fn add_series(
+        &mut self,
+        calls: &[SeriesCall],
+        request_e2e_us: impl Iterator<Item = u64>,
+        first_send_us: Option<u64>,
     ) {
-        (Some(start), Some(end)) if end > start => (end - start) as f64 / 1e6,
-        _ => 0.0,
-    };
-    let queries: u64 = instances.iter().map(|i| i.prefix_cache_queries).sum();
-    let hits: u64 = instances.iter().map(|i| i.prefix_cache_hits).sum();
-    Metrics {
-        ttft_ms: summary(completed.iter().filter_map(|c| c.ttft_us()).map(|v| v as f64).collect()),
-        tpot_ms: summary(completed.iter().filter_map(|c| tpot_us(c)).collect()),
-        itl_ms: summary(
-            completed.iter().flat_map(|c| c.token_latency_us.iter().skip(1).map(|&v| v as f64)).collect(),
-        ),
-        e2e_ms: summary(completed.iter().filter_map(|c| c.e2e_us()).map(|v| v as f64).collect()),
-        normalized_e2e_ms: summary(
-            completed
-                .iter()
-                .filter_map(|c| c.e2e_us().map(|e| e as f64 / f64::from(c.output_tokens.max(1))))
-                .collect(),
-        ),
-        request_e2e_ms: summary(window.iter().filter_map(|c| c.request_e2e_us).map(|v| v as f64).collect()),
-        makespan_s,
-        output_tokens_per_s: per_s(output_tokens as f64),
-        requests_per_s: per_s(completed.len() as f64),
-        goodput_requests_per_s: slo
-            .map(|slo| per_s(completed.iter().filter(|c| meets(c, slo)).count() as f64)),
-        prefix_cache_hit_rate: (queries > 0).then(|| hits as f64 / queries as f64),
-        preemptions: instances.iter().map(|i| i.preemptions).sum(),
-        kv_utilisation: if instances.is_empty() {
-            0.0
-        } else {
-            instances.iter().map(|i| i.kv_usage_mean).sum::<f64>() / instances.len() as f64
-        },
-        span_s,
+        self.first_send_us = first_send_us;
+        for e2e in request_e2e_us {
+            self.request_e2e.record(e2e as f64);
+        }
+        for call in calls {
+            self.completed += 1;
+            self.output_tokens += u64::from(call.output_tokens);
+            self.good += u64::from(call.good);
+            self.ttft.record(call.ttft_us as f64);
+            if !call.tpot_us.is_nan() {
+                self.tpot.record(call.tpot_us);
+            }
+            self.e2e.record(call.e2e_us as f64);
+            self.normalized_e2e.record(call.e2e_us as f64 / f64::from(call.output_tokens.max(1)));
+            let done = call.arrival_us + call.e2e_us;
+            self.last_done_us = Some(self.last_done_us.map_or(done, |t| t.max(done)));
+        }
+    }
+
+    /// The window's first send to its last completion, seconds.
+    pub fn span_s(&self) -> f64 {
+        match (self.first_send_us, self.last_done_us) {
+            (Some(start), Some(end)) if end > start => (end - start) as f64 / 1e6,
+            _ => 0.0,
+        }
+    }
+
+    /// The figures, with `makespan_s` over the whole run and the instances' counters; latency
+    /// summaries are left out when `withhold_latency`, and goodput without objectives.
+    pub fn metrics(
+        &self,
+        makespan_s: f64,
+        instances: &[InstanceRecord],
+        slo: Option<&Slo>,
+        withhold_latency: bool,
+    ) -> Metrics {
+        let span_s = self.span_s();
+        let per_s = |x: f64| if span_s > 0.0 { x / span_s } else { 0.0 };
+        // A figure with no samples is absent, never a summary of zeros.
+        let summary = |s: &Summary| (!withhold_latency && s.histogram().count() > 0).then(|| s.summary());
+        let queries: u64 = instances.iter().map(|i| i.prefix_cache_queries).sum();
+        let hits: u64 = instances.iter().map(|i| i.prefix_cache_hits).sum();
+        Metrics {
+            ttft_ms: summary(&self.ttft),
+            tpot_ms: summary(&self.tpot),
+            itl_ms: summary(&self.itl),
+            e2e_ms: summary(&self.e2e),
+            normalized_e2e_ms: summary(&self.normalized_e2e),
+            request_e2e_ms: summary(&self.request_e2e),
+            makespan_s,
+            output_tokens_per_s: per_s(self.output_tokens as f64),
+            requests_per_s: per_s(self.completed as f64),
+            goodput_requests_per_s: slo.map(|_| per_s(self.good as f64)),
+            prefix_cache_hit_rate: (queries > 0).then(|| hits as f64 / queries as f64),
+            preemptions: instances.iter().map(|i| i.preemptions).sum(),
+            kv_utilisation: if instances.is_empty() {
+                0.0
+            } else {
+                instances.iter().map(|i| i.kv_usage_mean).sum::<f64>() / instances.len() as f64
+            },
+            span_s,
+        }
     }
 }
 
@@ -101,12 +204,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_are_nearest_rank() {
-        let s = summarise_us((1..=10).map(|v| f64::from(v) * 1_000.0).collect());
-        assert_eq!((s.count, s.mean, s.p50, s.p90, s.p99), (10, 5.5, 5.0, 9.0, 10.0));
-        let one = summarise_us(vec![2_500.0]);
-        assert_eq!((one.p50, one.p99), (2.5, 2.5));
-        assert_eq!(summarise_us(Vec::new()).count, 0);
+    fn percentiles_are_nearest_rank_within_the_histogram_precision() {
+        let mut s = Summary::default();
+        for v in 1..=10 {
+            s.record(f64::from(v) * 1_000.0);
+        }
+        let summary = s.summary();
+        assert_eq!((summary.count, summary.mean), (10, 5.5), "the mean is exact");
+        // 1 ms is below 2,048 µs, so exact; 5 ms and 9 ms sit in buckets 4 and 8 µs wide.
+        assert_eq!(s.histogram().value_at_percentile(10.0), Some(1_000));
+        assert_eq!((summary.p50, summary.p90, summary.p99), (5.003, 9.007, 10.0));
+        let mut one = Summary::default();
+        one.record(2_500.0);
+        assert_eq!((one.summary().p50, one.summary().p99), (2.5, 2.5), "capped at the maximum");
+        assert_eq!(Summary::default().summary().count, 0);
     }
 
     fn call(arrival_us: u64, latency: Vec<u64>) -> CallRecord {
@@ -137,7 +248,6 @@ mod tests {
             CallRecord { request_e2e_us: Some(200), ..call(50, vec![200]) },
             CallRecord { fate: Fate::Dropped { reason: "x".into() }, ..call(60, vec![]) },
         ];
-        let window: Vec<&CallRecord> = calls.iter().collect();
         let instance = InstanceRecord {
             prefix_cache_queries: 40,
             prefix_cache_hits: 10,
@@ -146,7 +256,11 @@ mod tests {
             ..InstanceRecord::default()
         };
         let slo = Slo { ttft_ms: Some(0.15), tpot_ms: None };
-        let m = metrics(&window, &calls, &[instance], Some(&slo), false);
+        let mut figures = Figures::default();
+        for call in &calls {
+            figures.add(call, Some(&slo), true);
+        }
+        let m = figures.metrics(250e-6, &[instance], Some(&slo), false);
         let ttft = m.ttft_ms.unwrap();
         assert_eq!((ttft.count, ttft.mean), (2, 0.15));
         let e2e = m.e2e_ms.unwrap();
@@ -165,7 +279,7 @@ mod tests {
         // Only the first call's 100 µs TTFT meets the 150 µs objective.
         assert!((m.goodput_requests_per_s.unwrap() - 1.0 / 250e-6).abs() < 1e-6);
         assert_eq!((m.prefix_cache_hit_rate, m.preemptions, m.kv_utilisation), (Some(0.25), 3, 0.5));
-        let withheld = metrics(&window, &calls, &[], None, true);
+        let withheld = figures.metrics(250e-6, &[], None, true);
         assert!(withheld.ttft_ms.is_none() && withheld.goodput_requests_per_s.is_none());
         assert_eq!(withheld.requests_per_s, m.requests_per_s, "throughput stays");
     }

@@ -13,14 +13,16 @@ use blis_kernel::{ActorId, Envelope, Observer, RunEnd, SimDuration, SimTime};
 use sha2::{Digest, Sha256};
 
 use crate::assembly::{AssemblyOptions, assemble};
+use crate::calls_out::CallsOut;
 use crate::client::Client;
 use crate::engine_host::EngineHost;
 use crate::message::ClusterMessage;
 use crate::run::{Observers, Progress, RunError};
 use crate::stats::overload::OverloadWatch;
+use crate::tally::Tally;
 
-/// Kernel rounds between progress reports and stop-rule checks: a fixed amount of work, so that
-/// simulated idle time costs nothing and the checks fall at the same places in every run.
+/// Kernel rounds between progress reports and stop-rule checks: simulated idle time costs
+/// nothing, and progress is paced by the work done, not by simulated seconds.
 const ROUNDS_PER_SLICE: u64 = 4_096;
 
 /// The seed of replication `index` of a run seeded with `seed`: the seed itself for
@@ -42,8 +44,8 @@ pub fn replication_seed(seed: u64, index: u32) -> u64 {
 pub struct ReplicationRun {
     /// Its seed.
     pub seed: u64,
-    /// Every call of every request that arrived.
-    pub calls: Vec<CallRecord>,
+    /// Its calls, accounted as they settled.
+    pub tally: Tally,
     /// Their fates.
     pub fates: FateCounts,
     /// The engine instances' counters.
@@ -107,6 +109,8 @@ impl Observer<ClusterMessage> for AnswerCounter {
 }
 
 /// Run replication `index` of `scenario` with `seed`; `observers` watch it and are handed back.
+/// Its call records go to `calls` (if given) in file order as they settle.
+#[allow(clippy::too_many_arguments)]
 pub fn run_replication(
     scenario: &Scenario,
     index: u32,
@@ -114,9 +118,22 @@ pub fn run_replication(
     data: &CostData,
     options: &AssemblyOptions,
     observers: Observers,
+    mut calls: Option<&mut CallsOut>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(ReplicationRun, Observers), RunError> {
     let cluster = assemble(scenario, seed, data, options).map_err(RunError::Input)?;
+    let frame = &scenario.frame;
+    let mut tally = Tally::new(frame.run_kind(), frame.warm_up(), frame.slo);
+    let mut account = |records: Vec<CallRecord>, calls: &mut Option<&mut CallsOut>| -> Result<(), RunError> {
+        for mut record in records {
+            record.replication = index;
+            tally.add(&record);
+            if let Some(out) = calls.as_deref_mut() {
+                out.write(record).map_err(|e| RunError::Output(e.to_string()))?;
+            }
+        }
+        Ok(())
+    };
     let mut simulation = cluster.simulation;
     let counts = Rc::new(Cell::new(CallCounts::default()));
     let mut clients_sorted = cluster.clients.clone();
@@ -135,7 +152,9 @@ pub fn run_replication(
     let mut watch = OverloadWatch::new();
     let mut stopped_overloaded_us = None;
     let end = loop {
-        if let Some(end) = simulation.run_rounds(horizon, ROUNDS_PER_SLICE).map_err(RunError::Kernel)? {
+        let slice = simulation.run_rounds(horizon, ROUNDS_PER_SLICE).map_err(RunError::Kernel)?;
+        account(cluster.ledger.drain(), &mut calls)?;
+        if let Some(end) = slice {
             break end;
         }
         let now = simulation.now().time;
@@ -186,7 +205,7 @@ pub fn run_replication(
         started.extend_from_slice(host.answered());
     }
     started.sort_unstable();
-    let mut calls = Vec::new();
+    account(cluster.ledger.drain(), &mut calls)?;
     let mut workloads = Vec::new();
     let mut last_arrival_us = 0;
     for &id in &cluster.clients {
@@ -198,18 +217,16 @@ pub fn run_replication(
         if let Some(released) = client.take_released() {
             workloads.push((client.name().to_owned(), released));
         }
-        calls.extend(client.records(index, |key| {
+        let unended = client.unended_records(|key| {
             if started.binary_search(&key).is_ok() { Fate::InFlightAtHorizon } else { Fate::QueuedAtHorizon }
-        }));
+        });
+        account(unended, &mut calls)?;
     }
-    let mut fates = FateCounts::default();
-    for call in &calls {
-        fates.count(&call.fate);
-    }
+    let fates = tally.fates();
     debug_assert!(fates.conserved());
     let run = ReplicationRun {
         seed,
-        calls,
+        tally,
         fates,
         instances,
         priced,

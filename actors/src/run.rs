@@ -17,6 +17,7 @@ use blis_kernel::{HostKind, KernelError, Observer, SimTime};
 use sha2::{Digest, Sha256};
 
 use crate::assembly::AssemblyOptions;
+use crate::calls_out::{CallSelection, CallsOut};
 use crate::client::call_key;
 use crate::figures::{acceptance, estimates, replication_record, scalars, validity};
 use crate::message::ClusterMessage;
@@ -45,6 +46,11 @@ pub struct RunOptions {
     /// Also run replication 0 once per uncertainty sample of the registry's fitted bundles and
     /// report how far each figure moves.
     pub coefficient_spread: bool,
+    /// Which of replication 0's calls are output.
+    pub calls: CallSelection,
+    /// Stream replication 0's calls into this file as they settle (`calls.jsonl`); without it
+    /// they are kept in [`RunOutput::calls`].
+    pub calls_path: Option<PathBuf>,
 }
 
 /// How far a run has got, for a progress display.
@@ -63,9 +69,12 @@ pub struct Progress {
 pub struct RunOutput {
     /// The Result document.
     pub result: RunResult,
-    /// One record per LLM call of replication 0, clients in scenario order, calls in the order
-    /// their requests arrived.
+    /// Replication 0's call records as selected, in file order (`docs/RESULT.md`), when they
+    /// were not streamed to a file.
     pub calls: Vec<CallRecord>,
+    /// SHA-256 (hex) of replication 0's every call record in file order, as `calls.jsonl`
+    /// holds them with `--calls all`, whatever the selection.
+    pub calls_sha256: String,
     /// With `export_workload`: per client of replication 0 (in scenario order, replays last),
     /// its name and the requests it released, with the times it released them.
     pub workloads: Vec<(String, Vec<RequestSpec>)>,
@@ -89,10 +98,10 @@ impl RunOutput {
         bytes
     }
 
-    /// SHA-256 (hex) of the comparable part of the Result: fates, metrics and calls, as JSON.
-    /// Record and replay, and export and re-run, must give the same digest.
+    /// SHA-256 (hex) of the comparable part of the Result: fates, metrics and the calls'
+    /// digest, as JSON. Record and replay, and export and re-run, must give the same digest.
     pub fn comparable_digest(&self) -> String {
-        let comparable = (&self.result.fates, &self.result.metrics, &self.calls);
+        let comparable = (&self.result.fates, &self.result.metrics, &self.calls_sha256);
         let bytes = serde_json::to_vec(&comparable).expect("results serialise");
         hex(&Sha256::digest(&bytes))
     }
@@ -142,6 +151,8 @@ pub enum RunError {
         /// What it did.
         reason: String,
     },
+    /// An output file could not be written.
+    Output(String),
 }
 
 impl fmt::Display for RunError {
@@ -152,6 +163,7 @@ impl fmt::Display for RunError {
             RunError::Stalled { at_us, reason, .. } => {
                 write!(f, "simulation stopped at {:.6} s: {reason}", *at_us as f64 / 1e6)
             }
+            RunError::Output(reason) => write!(f, "{reason}"),
         }
     }
 }
@@ -217,17 +229,33 @@ pub fn run_observed(
                 data,
                 &assembly,
                 Vec::new(),
+                None,
                 &mut |_| {},
             )
             .map(|(run, _)| run);
             others.lock().expect("no worker panics holding the lock")[index as usize - 1] = Some(outcome);
         }
     };
-    let (first, observers) = std::thread::scope(|scope| {
+    let (first, observers, kept_calls, calls_sha256) = std::thread::scope(|scope| {
         for _ in 1..threads.min(replications as usize) {
             scope.spawn(run_rest);
         }
-        let first = run_replication(&scenario, 0, seed, data, &assembly, observers, progress);
+        let first = CallsOut::new(options.calls, options.calls_path.as_deref(), seed)
+            .map_err(|e| RunError::Output(e.to_string()))
+            .and_then(|mut calls| {
+                let (run, observers) = run_replication(
+                    &scenario,
+                    0,
+                    seed,
+                    data,
+                    &assembly,
+                    observers,
+                    Some(&mut calls),
+                    progress,
+                )?;
+                let (kept, digest) = calls.finish().map_err(|e| RunError::Output(e.to_string()))?;
+                Ok((run, observers, kept, digest))
+            });
         // With one thread (or when the workers are slow) this thread takes the rest too.
         run_rest();
         first
@@ -236,13 +264,14 @@ pub fn run_observed(
     for outcome in others.into_inner().expect("the workers are done") {
         runs.push(outcome.expect("every replication ran")?);
     }
-    let records: Vec<ReplicationRecord> = runs.iter().map(|run| replication_record(run, frame)).collect();
+    let (records, windows): (Vec<ReplicationRecord>, Vec<_>) =
+        runs.iter().map(|run| replication_record(run, frame)).unzip();
     let (acceptance_outcomes, withheld) = acceptance(&records, frame);
     let all_withheld =
         !acceptance_outcomes.iter().all(|o| o.met || o.condition.starts_with("not overloaded"));
     let first = runs.swap_remove(0);
     let estimates =
-        if all_withheld { BTreeMap::new() } else { estimates(&records, &first, frame.run_kind()) };
+        if all_withheld { BTreeMap::new() } else { estimates(&records, &windows[0], frame.run_kind()) };
     let clients = client_frames(&scenario);
     let result = RunResult {
         schema: RESULT_SCHEMA.to_owned(),
@@ -286,7 +315,7 @@ pub fn run_observed(
         instances: first.instances,
         simulation: first.simulation,
     };
-    Ok((RunOutput { result, calls: first.calls, workloads: first.workloads }, observers))
+    Ok((RunOutput { result, calls: kept_calls, calls_sha256, workloads: first.workloads }, observers))
 }
 
 /// Refuse a run whose replications would together hold more per-token latencies than
@@ -366,7 +395,13 @@ fn coefficient_spread(
     for sample in samples {
         let registry = data.registry.with_sample(sample).map_err(RunError::Input)?;
         let sampled = data.with_registry(registry);
-        let single = RunOptions { replications: Some(1), coefficient_spread: false, ..options.clone() };
+        let single = RunOptions {
+            replications: Some(1),
+            coefficient_spread: false,
+            calls: CallSelection::None,
+            calls_path: None,
+            ..options.clone()
+        };
         let (output, _) = run_observed(text, single, &sampled, Vec::new(), &mut |_| {})?;
         for (name, value) in scalars(&output.result.replications[0].metrics) {
             if let (Some(value), Some(record)) = (value, spread.get_mut(&name)) {

@@ -23,6 +23,7 @@ fn run_default(seed: Option<u64>, host: HostKind) -> RunOutput {
             threads: None,
             build: None,
             coefficient_spread: false,
+            ..RunOptions::default()
         },
         &mut |_| {},
     )

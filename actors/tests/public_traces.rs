@@ -35,6 +35,7 @@ fn replay(dir: PathBuf, path: &str, format: &str) -> Result<RunOutput, RunError>
         threads: None,
         build: None,
         coefficient_spread: false,
+        ..RunOptions::default()
     };
     run(&scenario(path, format), options, &mut |_| {})
 }
@@ -114,8 +115,10 @@ fn a_mooncake_trace_shares_its_hash_blocks_across_requests() {
     // More tokens than the blocks hold: the rest are the request's own.
     assert_eq!(call(&requests[7]).0, [shared(10, 512), shared(11, 512), PromptPart::Tokens(276)]);
     assert_eq!(call(&requests[10]).0, [PromptPart::Tokens(40)]);
-    for (request, record) in requests.iter().zip(&output.calls) {
-        assert_eq!(record.request_id, request.id);
+    assert_eq!(requests.len(), output.calls.len());
+    for request in requests.iter() {
+        // calls.jsonl is in the order requests end; find each request's record by its id.
+        let record = output.calls.iter().find(|c| c.request_id == request.id).unwrap();
         let tokens: u32 = call(request)
             .0
             .iter()

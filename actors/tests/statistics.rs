@@ -195,3 +195,22 @@ fn an_overloaded_run_is_stopped_once_its_backlog_is_large() {
     assert!(result.fates.arrivals < 60_000 && result.fates.queued_at_horizon >= 10_000, "{:?}", result.fates);
     assert!(result.withheld.join("; ").contains("stopped at"), "{:?}", result.withheld);
 }
+
+#[test]
+fn calls_streamed_to_a_file_are_the_calls_kept_in_memory_and_in_end_order() {
+    let text = scenario("replications: 2", "", 2, 8.0, 120);
+    let kept = run_with(&text, 1);
+    let path = std::env::temp_dir().join(format!("blis-actor-streamed-{}.jsonl", std::process::id()));
+    let options = RunOptions { threads: Some(2), calls_path: Some(path.clone()), ..RunOptions::default() };
+    let streamed = run(&text, options, &mut |_| {}).unwrap();
+    let written = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(streamed.calls.is_empty(), "streamed calls are not also kept");
+    assert_eq!(written, kept.calls_jsonl());
+    assert_eq!(streamed.result_json(), kept.result_json());
+    assert_eq!(streamed.comparable_digest(), kept.comparable_digest());
+    // Requests of one call each are written as they end: by settle time.
+    let settled: Vec<u64> = kept.calls.iter().map(|c| c.settled_us.unwrap()).collect();
+    assert!(settled.windows(2).all(|w| w[0] <= w[1]), "{settled:?}");
+    assert_eq!(kept.calls.len(), 120);
+}

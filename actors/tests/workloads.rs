@@ -51,6 +51,7 @@ fn run_text(text: &str, base_dir: Option<PathBuf>, export_workload: bool) -> Res
             threads: None,
             build: None,
             coefficient_spread: false,
+            ..RunOptions::default()
         },
         &mut |_| {},
     )
@@ -97,8 +98,12 @@ fn common_random_numbers_give_two_configurations_the_same_requests() {
     };
     assert_eq!(strip(&one.workloads[1].1), strip(&other.workloads[1].1));
     assert_ne!(comparable(&one.calls), comparable(&other.calls), "the configurations do differ");
+    // calls.jsonl is in the order requests end, which the configurations change; compare by id.
     let inputs = |o: &RunOutput| -> Vec<(String, u32, u32)> {
-        o.calls.iter().map(|c| (c.request_id.clone(), c.input_tokens, c.output_tokens)).collect()
+        let mut inputs: Vec<_> =
+            o.calls.iter().map(|c| (c.request_id.clone(), c.input_tokens, c.output_tokens)).collect();
+        inputs.sort();
+        inputs
     };
     assert_eq!(inputs(&one), inputs(&other));
 }

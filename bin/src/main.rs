@@ -3,6 +3,7 @@
 //! Parse the arguments, load the scenario, run it, write the outputs. Deterministic outputs go
 //! to files and stdout; progress and logs go to stderr.
 
+mod bench;
 mod calibrate;
 mod compare;
 mod fit;
@@ -19,7 +20,9 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use blis_actors::{ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput, run_observed};
+use blis_actors::{
+    CallSelection, ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput, run_observed,
+};
 use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
 use blis_kernel::{HostKind, Observer, SimTime};
@@ -61,6 +64,9 @@ enum Command {
         /// Directory for result.json and calls.jsonl.
         #[arg(long, default_value = "out")]
         out: PathBuf,
+        /// Which calls calls.jsonl holds: `all`, `sample N` (a uniform sample of N) or `none`.
+        #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"], default_value = "all")]
+        calls: Vec<String>,
         /// Kernel host: inline calls (fast) or one tokio task per actor (parity check).
         #[arg(long, value_enum, default_value_t = Host::Inline)]
         host: Host,
@@ -164,6 +170,19 @@ enum Command {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Run the performance targets' bench cases (all when none is named) and print each one's
+    /// wall time and peak resident memory (`docs/PERFORMANCE.md`).
+    Bench {
+        /// Cases to run: reference-10, reference-10k, reference-100k,
+        /// reference-100k-no-caching, reference-1m, cluster-8x-100k, cluster-8x-1m.
+        cases: Vec<String>,
+        /// Print the cases' scenarios instead of running them.
+        #[arg(long)]
+        print_scenario: bool,
+        /// Directory for each case's result.json and calls.jsonl (`DIR/<case>/`).
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+    },
     /// Re-run a recorded run and check every delivered message against the recording.
     Replay {
         /// The recording (from `run --record`).
@@ -228,6 +247,7 @@ fn main() -> ExitCode {
             threads,
             coefficient_spread,
             out,
+            calls,
             host,
             trace,
             trace_filter,
@@ -241,6 +261,11 @@ fn main() -> ExitCode {
                 Err(message) => return fail(2, message),
             };
             let export = export_workload.is_some();
+            let calls: CallSelection = match calls.join(" ").parse() {
+                Ok(calls) => calls,
+                Err(message) => return fail(2, format_args!("--calls: {message}")),
+            };
+            let calls_path = out.join("calls.jsonl");
             let outputs = Outputs { out, trace, trace_filter, record, export_workload };
             // Workload files named in a scenario are found next to it.
             let base_dir = scenario.as_deref().and_then(Path::parent).map(Path::to_path_buf);
@@ -255,6 +280,8 @@ fn main() -> ExitCode {
                     threads,
                     build: Some(build_record()),
                     coefficient_spread,
+                    calls,
+                    calls_path: Some(calls_path),
                 },
                 &data,
                 &outputs,
@@ -278,6 +305,7 @@ fn main() -> ExitCode {
             ),
             Err(message) => fail(2, message),
         },
+        Command::Bench { cases, print_scenario, out } => bench::bench(&cases, print_scenario, &out),
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
         Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, data } => match data.load() {
             Ok(data) => match validate::validate(&dirs, replications, stage_cap_s, leave_one_out, &data) {
@@ -387,11 +415,15 @@ fn run(
             }
         }
     }
+    if let Err(error) = std::fs::create_dir_all(&outputs.out) {
+        return fail(1, format_args!("{}: cannot write the outputs: {error}", outputs.out.display()));
+    }
+    let calls_written = options.calls != CallSelection::None;
     tracing::info!(scenario = %source, "running");
     let (output, observers) = match run_with_progress(&text, options, data, observers, quiet) {
         Ok(done) => done,
         Err(RunError::Input(error)) => return fail(2, format_args!("{source}: {error}")),
-        Err(error @ (RunError::Kernel(_) | RunError::Stalled { .. })) => {
+        Err(error @ (RunError::Kernel(_) | RunError::Stalled { .. } | RunError::Output(_))) => {
             return fail(1, format_args!("{source}: {error}"));
         }
     };
@@ -424,11 +456,15 @@ fn run(
     for line in summary::router_notes(&output, quiet) {
         eprintln!("{line}");
     }
-    eprintln!(
-        "wrote {} and {}",
-        outputs.out.join("result.json").display(),
-        outputs.out.join("calls.jsonl").display()
-    );
+    if calls_written {
+        eprintln!(
+            "wrote {} and {}",
+            outputs.out.join("result.json").display(),
+            outputs.out.join("calls.jsonl").display()
+        );
+    } else {
+        eprintln!("wrote {} (no calls.jsonl: --calls none)", outputs.out.join("result.json").display());
+    }
     ExitCode::SUCCESS
 }
 
@@ -451,10 +487,9 @@ fn run_with_progress(
     outcome
 }
 
+/// `result.json` (the calls were streamed into `calls.jsonl` during the run).
 fn write_outputs(output: &RunOutput, out: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(out)?;
-    std::fs::write(out.join("result.json"), output.result_json())?;
-    std::fs::write(out.join("calls.jsonl"), output.calls_jsonl())
+    std::fs::write(out.join("result.json"), output.result_json())
 }
 
 /// One JSONL file per client.
@@ -590,6 +625,8 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         threads: None,
         build: None,
         coefficient_spread: false,
+        calls: CallSelection::None,
+        calls_path: None,
     };
     let outcome = run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {});
     let _ = std::fs::remove_dir_all(&carried);

@@ -329,3 +329,46 @@ fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
     }
     assert!(!std::path::Path::new(out).exists(), "nothing written");
 }
+
+#[test]
+fn calls_are_streamed_all_sampled_or_none_and_a_bad_selection_is_refused() {
+    let run = |test: &str, calls: &[&str]| {
+        let out = scratch(test);
+        let scenario = fixture("small.yaml");
+        let mut args = vec!["run", &scenario, "--seed", "3", "--quiet", "--replications", "1"];
+        let dir = out.to_str().unwrap().to_owned();
+        args.extend(["--out", dir.as_str()]);
+        args.extend(calls);
+        let output = blis_actor(&args);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        (
+            std::fs::read_to_string(out.join("result.json")).unwrap(),
+            std::fs::read(out.join("calls.jsonl")).ok(),
+        )
+    };
+    let (result, all) = run("calls-all", &[]);
+    let all = String::from_utf8(all.expect("all is the default")).unwrap();
+    let lines: Vec<&str> = all.lines().collect();
+    assert_eq!(lines.len(), 50);
+    let (sampled_result, sample) = run("calls-sample", &["--calls", "sample", "7"]);
+    let sample = String::from_utf8(sample.unwrap()).unwrap();
+    let sampled: Vec<&str> = sample.lines().collect();
+    assert_eq!(sampled.len(), 7);
+    // A sample keeps the file's order and its lines are the full file's lines.
+    let positions: Vec<usize> = sampled.iter().map(|l| lines.iter().position(|a| a == l).unwrap()).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    let (none_result, none) = run("calls-none", &["--calls", "none"]);
+    assert!(none.is_none(), "--calls none writes no file");
+    // The selection changes nothing in the Result.
+    assert_eq!(result, sampled_result);
+    assert_eq!(result, none_result);
+    for bad in [&["--calls", "sample", "0"][..], &["--calls", "some"][..]] {
+        let scenario = fixture("small.yaml");
+        let mut args = vec!["run", &scenario, "--quiet", "--out", "/nonexistent/never"];
+        args.extend(bad);
+        let output = blis_actor(&args);
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains("--calls: "), "{stderr}");
+    }
+}

@@ -37,7 +37,7 @@ pub enum Better {
     Neither,
 }
 
-const LATENCY: &str = "mean, p50, p90, p99 (nearest rank: pX is the smallest value with at least X% of the values at or below it)";
+const LATENCY: &str = "mean (exact), p50, p90, p99 (nearest rank: pX is the smallest value with at least X% of the values at or below it; read from the mergeable histogram, so never below it and less than 1/1024 of it above, exact below 2.048 ms, fractional µs rounded first)";
 const MEASURED: &str =
     "the measured window: from the end of the warm-up (none for terminating runs) to the end of the run";
 

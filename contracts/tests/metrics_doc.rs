@@ -19,6 +19,9 @@ fn render() -> String {
          one replication estimates the latency means from 20 batch means of its measured window\n\
          instead. Calls unfinished at a horizon are never in a latency figure; they are counted in\n\
          the fates. A latency summary with no samples (no call completed) is `null`, never zeros.\n\
+         Percentiles come from the log-linear histograms the Result carries per replication\n\
+         (`docs/RESULT.md`): a reported pX is at least the exact nearest-rank value and less than\n\
+         1/1024 (0.1%) of it above; means are exact.\n\
          When a replication is overloaded its latency summaries are withheld, and `withheld` says\n\
          why (`frame.acceptance.allow_overload: true` reports them anyway); when an acceptance\n\
          condition fails, every figure is withheld.\n\n\

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use blis_engines::vllm::{
-    Admission, EngineRequest, KvCacheManager, KvEvent, Policy, Scheduler, SchedulerLimits, SchedulerOutput,
-    Status, UpdateOutput,
+    Admission, BlockSpan, EngineRequest, KvCacheManager, KvEvent, Policy, Scheduler, SchedulerLimits,
+    SchedulerOutput, Status, UpdateOutput,
 };
 use serde_json::{Value, json};
 
@@ -121,7 +121,7 @@ impl Replay {
     }
 
     fn schedule_json(&self, out: &SchedulerOutput) -> Value {
-        let blocks = |b: &Vec<u32>| json!(b);
+        let blocks = |b: &BlockSpan| json!(out.block_ids(*b));
         json!({
             "scheduled": out.scheduled.iter().map(|s| json!([id(s.key), s.tokens])).collect::<Vec<_>>(),
             "total": out.total,

@@ -216,7 +216,9 @@ fn freed_blocks_are_reused_least_recently_freed_first_and_a_chain_from_its_tail(
     s.add_request(&request_with(3, (200..220).collect(), 1));
     s.schedule(&mut out);
     match &out.new[0] {
-        blis_engines::vllm::Admission::New { blocks, .. } => assert_eq!(blocks, &vec![5, 6, 2, 1, 4]),
+        blis_engines::vllm::Admission::New { blocks, .. } => {
+            assert_eq!(out.block_ids(*blocks), [5, 6, 2, 1, 4])
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -5,8 +5,20 @@
 //! canonical CBOR encoding — with `NONE_HASH = sha256_cbor("0")` (what `PYTHONHASHSEED=0` gives),
 //! so hashes (and the KV events that carry them) equal a vLLM configured that way, byte for byte.
 //! Extra keys (LoRA, multimodal, cache salt) are not modelled; their slot is CBOR null.
+//!
+//! The prefix cache itself is keyed by a cheaper chained hash of the same content, a
+//! [`BlockKey`]: XXH3-128 of the parent's key and the block's token ids. Two blocks have equal
+//! keys exactly when their chains of tokens are equal, except with probability about 2⁻¹²⁸ per
+//! pair — the same guarantee vLLM's SHA-256 gives, in practice — so hits are vLLM's. SHA-256 is
+//! computed only for the hashes that leave the engine (KV events), and only when they are
+//! recorded.
 
 use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::xxh3_128;
+
+/// A block's identity in the prefix cache: XXH3-128 over its parent's key (little-endian) and
+/// its token ids (each 4 bytes, little-endian); the first block's parent key is 0.
+pub type BlockKey = u128;
 
 /// A 32-byte block hash.
 pub type BlockHash = [u8; 32];
@@ -54,6 +66,25 @@ pub fn hash_block(parent: &BlockHash, tokens: &[u32], scratch: &mut Vec<u8>) -> 
     }
     scratch.push(0xf6); // null: no extra keys
     Sha256::digest(&scratch[..]).into()
+}
+
+/// The key of a block of `tokens` whose predecessor's key is `parent`.
+pub fn key_block(parent: BlockKey, tokens: &[u32], scratch: &mut Vec<u8>) -> BlockKey {
+    scratch.clear();
+    scratch.extend_from_slice(&parent.to_le_bytes());
+    for &token in tokens {
+        scratch.extend_from_slice(&token.to_le_bytes());
+    }
+    xxh3_128(scratch)
+}
+
+/// Extend `keys` with the keys of every full block of `tokens` not keyed yet.
+pub fn extend_keys(keys: &mut Vec<BlockKey>, tokens: &[u32], block_size: usize, scratch: &mut Vec<u8>) {
+    let full = tokens.len() / block_size;
+    for i in keys.len()..full {
+        let parent = if i == 0 { 0 } else { keys[i - 1] };
+        keys.push(key_block(parent, &tokens[i * block_size..(i + 1) * block_size], scratch));
+    }
 }
 
 /// Extend `hashes` with the hashes of every full block of `tokens` not hashed yet.
@@ -106,5 +137,24 @@ mod tests {
         extend_hashes(&mut other, &changed, 16, &mut scratch);
         assert_ne!(hashes[0], other[0]);
         assert_ne!(hashes[1], other[1], "a change in block 0 changes every later hash");
+    }
+
+    #[test]
+    fn keys_chain_like_hashes_and_only_full_blocks_get_one() {
+        let mut scratch = Vec::new();
+        let tokens: Vec<u32> = (0..37).collect();
+        let mut keys = Vec::new();
+        extend_keys(&mut keys, &tokens[..20], 16, &mut scratch);
+        assert_eq!(keys.len(), 1);
+        extend_keys(&mut keys, &tokens, 16, &mut scratch);
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[1], key_block(keys[0], &tokens[16..32], &mut scratch));
+        // The same block after another parent is another block.
+        assert_ne!(key_block(0, &tokens[16..32], &mut scratch), keys[1]);
+        let mut changed = tokens.clone();
+        changed[3] = 99;
+        let mut other = Vec::new();
+        extend_keys(&mut other, &changed, 16, &mut scratch);
+        assert_ne!((keys[0], keys[1]), (other[0], other[1]));
     }
 }

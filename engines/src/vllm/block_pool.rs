@@ -10,10 +10,13 @@
 //! is reused. A prefix hit on a free block takes it out of the middle of the queue. Identical
 //! content is not deduplicated: the cache maps a hash to every block holding it, in insertion
 //! order, and a lookup returns the first.
+//!
+//! The cache index is an open-addressing table keyed by the blocks' [`BlockKey`] bits (linear
+//! probing, backward-shift deletion, at most half full): it is only ever looked up, never
+//! iterated, so its layout cannot reach any decision. The blocks sharing a key form a list
+//! threaded through per-block arrays, so caching a block allocates nothing.
 
-use std::collections::BTreeMap;
-
-use super::block_hash::{BlockHash, event_value};
+use super::block_hash::{BlockHash, BlockKey, event_value};
 
 /// A block's id in the pool.
 pub type BlockId = u32;
@@ -45,16 +48,13 @@ pub enum KvEvent {
 /// The pool of KV blocks of one instance.
 #[derive(Clone, Debug)]
 pub struct BlockPool {
-    ref_count: Vec<u32>,
-    hash: Vec<Option<BlockHash>>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    /// Every block's state, together so that taking a block from the free queue touches one
+    /// cache line of it.
+    blocks: Vec<Block>,
     head: u32,
     tail: u32,
     free: u32,
-    /// Cached blocks by the first 16 bytes of their hash (cheaper to compare than all 32), in
-    /// the order they were cached; lookups confirm the full hash in `hash`.
-    cached: BTreeMap<u128, Vec<BlockId>>,
+    index: CacheIndex,
     caching: bool,
     events: Vec<KvEvent>,
     record_events: bool,
@@ -62,19 +62,16 @@ pub struct BlockPool {
 
 impl BlockPool {
     /// A pool of `num_blocks` blocks (at least 2: the null block and one usable block), with
-    /// prefix caching on or off.
+    /// prefix caching on or off; with caching, KV events are recorded until turned off.
     pub fn new(num_blocks: u32, caching: bool) -> BlockPool {
         assert!(num_blocks >= 2, "a block pool needs the null block and at least one usable block");
         let n = num_blocks as usize;
         let mut pool = BlockPool {
-            ref_count: vec![0; n],
-            hash: vec![None; n],
-            prev: vec![NONE; n],
-            next: vec![NONE; n],
+            blocks: vec![Block::FREE; n],
             head: NONE,
             tail: NONE,
             free: 0,
-            cached: BTreeMap::new(),
+            index: CacheIndex::new(if caching { n } else { 0 }),
             caching,
             events: Vec::new(),
             record_events: caching,
@@ -84,13 +81,13 @@ impl BlockPool {
         }
         let null = pool.pop_head();
         debug_assert_eq!(null, Some(0));
-        pool.ref_count[0] = 1;
+        pool.blocks[0].ref_count = 1;
         pool
     }
 
     /// All blocks, the null block included.
     pub fn num_blocks(&self) -> u32 {
-        self.ref_count.len() as u32
+        self.blocks.len() as u32
     }
 
     /// Blocks in the free queue (cached ones included).
@@ -103,6 +100,18 @@ impl BlockPool {
         self.caching
     }
 
+    /// Whether KV events are recorded (their SHA-256 hashes are then computed as blocks are
+    /// cached).
+    pub fn records_events(&self) -> bool {
+        self.record_events
+    }
+
+    /// Record KV events (`BlockStored`, `BlockRemoved`) or not; only with caching on. Turn it
+    /// on or off before the first block is cached.
+    pub fn set_record_events(&mut self, on: bool) {
+        self.record_events = on && self.caching;
+    }
+
     /// vLLM's `kv_cache_usage`: `1 − free / (N − 1)`, the null block excluded.
     pub fn usage(&self) -> f64 {
         1.0 - f64::from(self.free) / f64::from(self.num_blocks() - 1)
@@ -110,7 +119,7 @@ impl BlockPool {
 
     /// Reference count of a block (the null block counts 1).
     pub fn ref_count(&self, id: BlockId) -> u32 {
-        self.ref_count[id as usize]
+        self.blocks[id as usize].ref_count
     }
 
     /// Take `count` blocks from the head of the free queue (evicting the hashes they carry),
@@ -125,23 +134,22 @@ impl BlockPool {
             if self.caching {
                 self.evict(id);
             }
-            self.ref_count[id as usize] = 1;
+            self.blocks[id as usize].ref_count = 1;
         }
     }
 
-    /// The first block cached under `hash`, if any.
-    pub fn get_cached_block(&self, hash: &BlockHash) -> Option<BlockId> {
-        let blocks = self.cached.get(&index(hash))?;
-        blocks.iter().copied().find(|&id| self.hash[id as usize].as_ref() == Some(hash))
+    /// The first block cached under `key`, if any.
+    pub fn get_cached_block(&self, key: BlockKey) -> Option<BlockId> {
+        self.index.find(key, &self.blocks).map(|slot| self.index.slots[slot].first)
     }
 
     /// Take a reference on prefix-hit blocks, removing free ones from the queue.
     pub fn touch(&mut self, blocks: &[BlockId]) {
         for &id in blocks {
-            if self.ref_count[id as usize] == 0 && id != 0 {
+            if self.blocks[id as usize].ref_count == 0 && id != 0 {
                 self.unlink(id);
             }
-            self.ref_count[id as usize] += 1;
+            self.blocks[id as usize].ref_count += 1;
         }
     }
 
@@ -149,22 +157,24 @@ impl BlockPool {
     /// tail, in the order given.
     pub fn free_blocks(&mut self, ordered: impl Iterator<Item = BlockId> + Clone) {
         for id in ordered.clone() {
-            debug_assert!(self.ref_count[id as usize] > 0, "freeing block {id} that is not held");
-            self.ref_count[id as usize] -= 1;
+            debug_assert!(self.blocks[id as usize].ref_count > 0, "freeing block {id} that is not held");
+            self.blocks[id as usize].ref_count -= 1;
         }
         for id in ordered {
-            if self.ref_count[id as usize] == 0 && id != 0 {
+            if self.blocks[id as usize].ref_count == 0 && id != 0 {
                 self.push_tail(id);
             }
         }
     }
 
-    /// Cache `blocks[cached..full]` of the request with key `request` under `hashes[cached..]`
-    /// (one `BlockStored` event if at least one block is cached).
+    /// Cache `blocks[cached..full]` of the request with key `request` under `keys[cached..]`;
+    /// when events are recorded, `hashes[..full]` are the blocks' SHA-256 hashes and one
+    /// `BlockStored` event is recorded.
     pub fn cache_full_blocks(
         &mut self,
         request: u64,
         blocks: &[BlockId],
+        keys: &[BlockKey],
         hashes: &[BlockHash],
         cached: usize,
         full: usize,
@@ -172,18 +182,26 @@ impl BlockPool {
         if cached >= full {
             return;
         }
-        let mut stored = Vec::with_capacity(full - cached);
         for (i, &id) in blocks[cached..full].iter().enumerate() {
             if id == 0 {
                 continue;
             }
-            let hash = hashes[cached + i];
-            debug_assert!(self.hash[id as usize].is_none(), "block {id} is cached twice");
-            self.hash[id as usize] = Some(hash);
-            self.cached.entry(index(&hash)).or_default().push(id);
-            stored.push(event_value(&hash));
+            let key = keys[cached + i];
+            debug_assert!(!self.blocks[id as usize].cached, "block {id} is cached twice");
+            self.blocks[id as usize].key = key;
+            self.blocks[id as usize].cached = true;
+            self.link(id, key);
+            if self.record_events {
+                self.blocks[id as usize].event_hash = event_value(&hashes[cached + i]);
+            }
         }
         if self.record_events {
+            let stored = blocks[cached..full]
+                .iter()
+                .zip(&hashes[cached..full])
+                .filter(|&(&id, _)| id != 0)
+                .map(|(_, hash)| event_value(hash))
+                .collect();
             let parent = (cached > 0).then(|| event_value(&hashes[cached - 1]));
             self.events.push(KvEvent::BlockStored {
                 request,
@@ -205,34 +223,55 @@ impl BlockPool {
         let mut at = self.head;
         while at != NONE {
             out.push(at);
-            at = self.next[at as usize];
+            at = self.blocks[at as usize].next;
         }
         out
     }
 
+    /// Append `id` to the blocks cached under `key`.
+    fn link(&mut self, id: BlockId, key: BlockKey) {
+        let slot = self.index.find_or_insert(key, &self.blocks);
+        let last = self.index.slots[slot].last;
+        self.blocks[id as usize].same_prev = last;
+        self.blocks[id as usize].same_next = NONE;
+        if last == NONE {
+            self.index.slots[slot].first = id;
+        } else {
+            self.blocks[last as usize].same_next = id;
+        }
+        self.index.slots[slot].last = id;
+    }
+
     fn evict(&mut self, id: BlockId) {
-        let Some(hash) = self.hash[id as usize].take() else { return };
-        let key = index(&hash);
-        if let Some(blocks) = self.cached.get_mut(&key)
-            && let Some(position) = blocks.iter().position(|&b| b == id)
-        {
-            blocks.remove(position);
-            if blocks.is_empty() {
-                self.cached.remove(&key);
-            }
-            if self.record_events {
-                self.events.push(KvEvent::BlockRemoved { hash: event_value(&hash) });
-            }
+        let Some(key) = self.blocks[id as usize].cached_key() else { return };
+        let slot = self.index.find(key, &self.blocks).expect("a cached block's key is indexed");
+        self.blocks[id as usize].cached = false;
+        let (prev, next) = (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next);
+        if prev == NONE {
+            self.index.slots[slot].first = next;
+        } else {
+            self.blocks[prev as usize].same_next = next;
+        }
+        if next == NONE {
+            self.index.slots[slot].last = prev;
+        } else {
+            self.blocks[next as usize].same_prev = prev;
+        }
+        if self.index.slots[slot].first == NONE {
+            self.index.remove(slot);
+        }
+        if self.record_events {
+            self.events.push(KvEvent::BlockRemoved { hash: self.blocks[id as usize].event_hash });
         }
     }
 
     fn push_tail(&mut self, id: u32) {
-        self.prev[id as usize] = self.tail;
-        self.next[id as usize] = NONE;
+        self.blocks[id as usize].prev = self.tail;
+        self.blocks[id as usize].next = NONE;
         if self.tail == NONE {
             self.head = id;
         } else {
-            self.next[self.tail as usize] = id;
+            self.blocks[self.tail as usize].next = id;
         }
         self.tail = id;
         self.free += 1;
@@ -248,28 +287,150 @@ impl BlockPool {
     }
 
     fn unlink(&mut self, id: u32) {
-        let (prev, next) = (self.prev[id as usize], self.next[id as usize]);
+        let (prev, next) = (self.blocks[id as usize].prev, self.blocks[id as usize].next);
         if prev == NONE {
             self.head = next;
         } else {
-            self.next[prev as usize] = next;
+            self.blocks[prev as usize].next = next;
         }
         if next == NONE {
             self.tail = prev;
         } else {
-            self.prev[next as usize] = prev;
+            self.blocks[next as usize].prev = prev;
         }
-        self.prev[id as usize] = NONE;
-        self.next[id as usize] = NONE;
+        self.blocks[id as usize].prev = NONE;
+        self.blocks[id as usize].next = NONE;
         self.free -= 1;
     }
 }
 
-/// The key of `hash` in the cached-block index.
-fn index(hash: &BlockHash) -> u128 {
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&hash[..16]);
-    u128::from_le_bytes(first)
+/// One block's state.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    /// Its key (meaningful while it is cached).
+    key: BlockKey,
+    /// Its neighbours in the free queue.
+    prev: u32,
+    next: u32,
+    /// Its neighbours among the blocks cached under the same key, in the order cached.
+    same_prev: u32,
+    same_next: u32,
+    /// Requests holding it (the null block counts 1).
+    ref_count: u32,
+    /// Its hash as KV events carry it (kept while cached, when events are recorded).
+    event_hash: u64,
+    /// Whether it is cached (under `key`); a flag rather than an `Option` keeps a block at 48
+    /// bytes.
+    cached: bool,
+}
+
+impl Block {
+    const FREE: Block = Block {
+        key: 0,
+        prev: NONE,
+        next: NONE,
+        same_prev: NONE,
+        same_next: NONE,
+        ref_count: 0,
+        event_hash: 0,
+        cached: false,
+    };
+
+    /// Its key, if it is cached.
+    fn cached_key(&self) -> Option<BlockKey> {
+        self.cached.then_some(self.key)
+    }
+}
+
+/// One key's entry in the cache index: the key folded to 64 bits, and the first and last block
+/// cached under it (`first` is `NONE` in an empty slot). The full key is the first block's, so
+/// a slot is 16 bytes; two keys folding alike get a slot each.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    folded: u64,
+    first: u32,
+    last: u32,
+}
+
+const EMPTY: Slot = Slot { folded: 0, first: NONE, last: NONE };
+
+/// A key folded to the 64 bits a slot keeps.
+fn fold(key: BlockKey) -> u64 {
+    key as u64 ^ (key >> 64) as u64
+}
+
+/// Open addressing over block keys: linear probing from the key's low bits, at most half full
+/// (a pool of `n` blocks caches at most `n` keys), deletion by backward shift so no tombstone
+/// ever lengthens a probe.
+#[derive(Clone, Debug)]
+struct CacheIndex {
+    slots: Vec<Slot>,
+    mask: usize,
+}
+
+impl CacheIndex {
+    /// An index for up to `capacity` keys.
+    fn new(capacity: usize) -> CacheIndex {
+        let size = (2 * capacity).next_power_of_two().max(2);
+        CacheIndex { slots: vec![EMPTY; size], mask: size - 1 }
+    }
+
+    /// Where a probe for a key folded to `folded` starts (its bits are already uniform).
+    fn home(&self, folded: u64) -> usize {
+        folded as usize & self.mask
+    }
+
+    /// The slot of `key` (whose first block, in `blocks`, carries the full key).
+    fn find(&self, key: BlockKey, blocks: &[Block]) -> Option<usize> {
+        let folded = fold(key);
+        let mut at = self.home(folded);
+        loop {
+            let slot = &self.slots[at];
+            if slot.first == NONE {
+                return None;
+            }
+            if slot.folded == folded && blocks[slot.first as usize].cached_key() == Some(key) {
+                return Some(at);
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    /// The slot of `key`, or a new empty one for it (its caller links a first block at once).
+    fn find_or_insert(&mut self, key: BlockKey, blocks: &[Block]) -> usize {
+        let folded = fold(key);
+        let mut at = self.home(folded);
+        loop {
+            let slot = &mut self.slots[at];
+            if slot.first == NONE {
+                slot.folded = folded;
+                return at;
+            }
+            if slot.folded == folded && blocks[slot.first as usize].cached_key() == Some(key) {
+                return at;
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    /// Empty slot `hole`, moving back every later entry of the run whose probe passes it.
+    fn remove(&mut self, mut hole: usize) {
+        let mut at = hole;
+        loop {
+            at = (at + 1) & self.mask;
+            if self.slots[at].first == NONE {
+                break;
+            }
+            let home = self.home(self.slots[at].folded);
+            // The entry may move to the hole if its home is not cyclically within (hole, at].
+            let stays = if hole <= at { hole < home && home <= at } else { hole < home || home <= at };
+            if !stays {
+                self.slots[hole] = self.slots[at];
+                hole = at;
+            }
+        }
+        self.slots[hole] = EMPTY;
+    }
 }
 
 #[cfg(test)]
@@ -303,10 +464,11 @@ mod tests {
         let mut blocks = Vec::new();
         pool.get_new_blocks(2, &mut blocks);
         let hashes = [[1u8; 32], [2u8; 32]];
-        pool.cache_full_blocks(7, &blocks, &hashes, 0, 2);
+        let keys = [11, 12];
+        pool.cache_full_blocks(7, &blocks, &keys, &hashes, 0, 2);
         pool.free_blocks(blocks.iter().rev().copied());
         assert_eq!(pool.free_queue(), vec![3, 4, 2, 1]);
-        assert_eq!(pool.get_cached_block(&hashes[0]), Some(1));
+        assert_eq!(pool.get_cached_block(keys[0]), Some(1));
         pool.touch(&[1]);
         assert_eq!(pool.free_queue(), vec![3, 4, 2]);
         assert_eq!(pool.ref_count(1), 1);
@@ -314,11 +476,80 @@ mod tests {
         let mut more = Vec::new();
         pool.get_new_blocks(3, &mut more);
         assert_eq!(more, vec![3, 4, 2]);
-        assert_eq!(pool.get_cached_block(&hashes[1]), None);
+        assert_eq!(pool.get_cached_block(keys[1]), None);
         let mut events = Vec::new();
         pool.take_events(&mut events);
         assert_eq!(events.len(), 2);
         assert!(matches!(events[0], KvEvent::BlockStored { request: 7, first_block: 0, parent: None, .. }));
-        assert!(matches!(events[1], KvEvent::BlockRemoved { .. }));
+        assert_eq!(events[1], KvEvent::BlockRemoved { hash: event_value(&hashes[1]) });
+    }
+
+    #[test]
+    fn blocks_of_equal_content_are_found_in_the_order_cached_until_each_is_evicted() {
+        let mut pool = BlockPool::new(4, true);
+        pool.set_record_events(false);
+        let mut blocks = Vec::new();
+        pool.get_new_blocks(3, &mut blocks);
+        for &id in &blocks {
+            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], 0, 1);
+        }
+        pool.free_blocks(blocks.iter().copied());
+        assert_eq!(pool.get_cached_block(5), Some(1));
+        let mut reused = Vec::new();
+        pool.get_new_blocks(1, &mut reused);
+        assert_eq!((reused[0], pool.get_cached_block(5)), (1, Some(2)));
+        pool.get_new_blocks(2, &mut reused);
+        assert_eq!(pool.get_cached_block(5), None);
+        let mut events = Vec::new();
+        pool.take_events(&mut events);
+        assert!(events.is_empty(), "no events unless recorded");
+    }
+
+    #[test]
+    fn the_index_agrees_with_an_ordered_map_under_inserts_and_removals() {
+        use std::collections::BTreeMap;
+        let mut index = CacheIndex::new(64);
+        let mut model: BTreeMap<BlockKey, u32> = BTreeMap::new();
+        // Keys crowding a few home slots make long probe runs that wrap around the table; keys
+        // 32..64 fold to the same 64 bits as keys 0..32 and must still be told apart.
+        let key = |i: u64| {
+            let j = i % 32;
+            let base = (u128::from(j % 7) << 64) | u128::from((j * 0x9e37) % 5) | (u128::from(j) << 100);
+            if i < 32 { base } else { base ^ ((0x1234u128 << 64) | 0x1234) }
+        };
+        // Block i holds key i, as a cached block would.
+        let mut blocks = vec![Block::FREE; 64];
+        for (i, block) in blocks.iter_mut().enumerate() {
+            block.key = key(i as u64);
+            block.cached = true;
+        }
+        assert_eq!(fold(key(3)), fold(key(35)));
+        let mut state = 1u64;
+        for step in 0..5_000u64 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let i = state >> 58;
+            let k = key(i);
+            match model.get(&k) {
+                Some(_) if state & 1 == 0 => {
+                    let slot = index.find(k, &blocks).expect("a key in the model is indexed");
+                    index.remove(slot);
+                    model.remove(&k);
+                }
+                Some(_) => {}
+                None => {
+                    let slot = index.find_or_insert(k, &blocks);
+                    index.slots[slot].first = i as u32;
+                    model.insert(k, i as u32);
+                }
+            }
+            for i in 0..64 {
+                let k = key(i);
+                assert_eq!(
+                    index.find(k, &blocks).map(|s| index.slots[s].first),
+                    model.get(&k).copied(),
+                    "step {step}"
+                );
+            }
+        }
     }
 }

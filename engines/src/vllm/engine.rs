@@ -120,12 +120,15 @@ impl VllmEngine {
             async_scheduling: config.async_scheduling,
         };
         let blocks = u32::try_from(plan.budget.num_gpu_blocks).expect("the plan bounds the block count");
-        let kv = KvCacheManager::new(
+        let mut kv = KvCacheManager::new(
             blocks,
             config.block_size,
             config.max_model_len,
             config.enable_prefix_caching,
         );
+        // No actor consumes KV events yet, so an instance records none and computes no SHA-256
+        // block hash; prefix hits are decided by block keys either way.
+        kv.set_record_events(false);
         let metrics = MetricsSnapshot::new(CacheConfigInfo {
             block_size: config.block_size,
             num_gpu_blocks: plan.budget.num_gpu_blocks,

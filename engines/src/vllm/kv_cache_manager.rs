@@ -10,7 +10,7 @@
 //! up to `min(c + h + n, num_tokens)` — is hashed into the cache. Freeing returns a request's
 //! blocks last first; their hashes stay until the blocks are reused.
 
-use super::block_hash::BlockHash;
+use super::block_hash::extend_hashes;
 use super::block_pool::{BlockId, BlockPool, KvEvent};
 use super::request::Request;
 
@@ -40,6 +40,7 @@ pub struct KvCacheManager {
     max_model_len: u32,
     tables: usize,
     stats: PrefixCacheStats,
+    scratch: Vec<u8>,
 }
 
 impl KvCacheManager {
@@ -51,7 +52,14 @@ impl KvCacheManager {
             max_model_len,
             tables: 0,
             stats: PrefixCacheStats::default(),
+            scratch: Vec::new(),
         }
+    }
+
+    /// Record KV events or not (on by default with caching); without them no SHA-256 block
+    /// hash is computed. Set it before the first request.
+    pub fn set_record_events(&mut self, on: bool) {
+        self.pool.set_record_events(on);
     }
 
     /// The block pool.
@@ -77,8 +85,8 @@ impl KvCacheManager {
             return 0;
         }
         let max_blocks = (request.num_tokens().saturating_sub(1) / self.block_size) as usize;
-        for hash in request.block_hashes.iter().take(max_blocks) {
-            match self.pool.get_cached_block(hash) {
+        for &key in request.block_keys.iter().take(max_blocks) {
+            match self.pool.get_cached_block(key) {
                 Some(id) => hits.push(id),
                 None => break,
             }
@@ -153,8 +161,19 @@ impl KvCacheManager {
         if cached >= full {
             return;
         }
-        let hashes: &[BlockHash] = &request.block_hashes;
-        self.pool.cache_full_blocks(request.spec.key, &request.blocks, hashes, cached, full);
+        if self.pool.records_events() {
+            let block_size = self.block_size as usize;
+            let tokens = &request.tokens[..full * block_size];
+            extend_hashes(&mut request.block_hashes, tokens, block_size, &mut self.scratch);
+        }
+        self.pool.cache_full_blocks(
+            request.spec.key,
+            &request.blocks,
+            &request.block_keys,
+            &request.block_hashes,
+            cached,
+            full,
+        );
         request.num_cached_blocks = Some(full);
     }
 

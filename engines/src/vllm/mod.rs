@@ -15,7 +15,7 @@ mod request;
 mod scheduler;
 
 pub use args::{DeviceClass, VLLM_VERSION, VllmArgs, VllmConfig, capture_sizes};
-pub use block_hash::{BlockHash, event_value, hash_block, none_hash};
+pub use block_hash::{BlockHash, BlockKey, event_value, hash_block, key_block, none_hash};
 pub use block_pool::{BlockId, BlockPool, KvEvent};
 pub use engine::{Rejection, Stall, VllmEngine};
 pub use fields::{ARGUMENTS, Treatment, treatment};
@@ -24,6 +24,6 @@ pub use metrics::{CacheConfigInfo, MetricsSnapshot};
 pub use plan::{KvBudget, VllmPlan, plan};
 pub use request::{EngineRequest, Status};
 pub use scheduler::{
-    Admission, FinishReason, FinishedRequest, Policy, RequestHandle, Scheduled, Scheduler, SchedulerCounters,
-    SchedulerEvent, SchedulerLimits, SchedulerOutput, SchedulerStats, UpdateOutput,
+    Admission, BlockSpan, FinishReason, FinishedRequest, Policy, RequestHandle, Scheduled, Scheduler,
+    SchedulerCounters, SchedulerEvent, SchedulerLimits, SchedulerOutput, SchedulerStats, UpdateOutput,
 };

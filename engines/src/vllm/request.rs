@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::block_hash::{BlockHash, extend_hashes};
+use super::block_hash::{BlockHash, BlockKey, extend_keys};
 use super::block_pool::BlockId;
 
 /// A request handed to an engine: its prompt and the output it will generate.
@@ -49,6 +49,10 @@ pub(crate) struct Request {
     pub(crate) num_cached_tokens: Option<u32>,
     pub(crate) num_preemptions: u32,
     pub(crate) status: Status,
+    /// Prefix-cache keys of its full blocks.
+    pub(crate) block_keys: Vec<BlockKey>,
+    /// SHA-256 hashes of its first blocks, computed as they are cached while KV events are
+    /// recorded.
     pub(crate) block_hashes: Vec<BlockHash>,
     pub(crate) blocks: Vec<BlockId>,
     pub(crate) has_table: bool,
@@ -65,9 +69,10 @@ impl Request {
     ) -> Request {
         let mut tokens = Vec::with_capacity(spec.prompt_token_ids.len() + spec.output_token_ids.len());
         tokens.extend_from_slice(&spec.prompt_token_ids);
-        let mut block_hashes = Vec::new();
+        let mut block_keys = Vec::new();
         if let Some(block_size) = hash_block_size {
-            extend_hashes(&mut block_hashes, &tokens, block_size, scratch);
+            block_keys.reserve(tokens.capacity() / block_size);
+            extend_keys(&mut block_keys, &tokens, block_size, scratch);
         }
         Request {
             num_prompt_tokens: spec.prompt_token_ids.len() as u32,
@@ -79,7 +84,8 @@ impl Request {
             num_cached_tokens: None,
             num_preemptions: 0,
             status: Status::Waiting,
-            block_hashes,
+            block_keys,
+            block_hashes: Vec::new(),
             blocks: Vec::new(),
             has_table: false,
             num_cached_blocks: None,
@@ -104,12 +110,14 @@ impl Request {
         self.num_tokens() - self.num_prompt_tokens
     }
 
-    /// Append the next planned output token; hashes new full blocks when caching.
+    /// Append the next planned output token; keys a block it fills when caching.
     pub(crate) fn append_output(&mut self, hash_block_size: Option<usize>, scratch: &mut Vec<u8>) {
         let k = self.num_output_tokens() as usize;
         self.tokens.push(self.spec.output_token_ids[k]);
-        if let Some(block_size) = hash_block_size {
-            extend_hashes(&mut self.block_hashes, &self.tokens, block_size, scratch);
+        if let Some(block_size) = hash_block_size
+            && self.tokens.len().is_multiple_of(block_size)
+        {
+            extend_keys(&mut self.block_keys, &self.tokens, block_size, scratch);
         }
     }
 }

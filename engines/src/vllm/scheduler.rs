@@ -148,8 +148,8 @@ pub enum Admission {
         key: u64,
         /// Computed tokens after the prefix hit, before this step.
         computed: u32,
-        /// Its block table.
-        blocks: Vec<BlockId>,
+        /// Its block table, in [`SchedulerOutput::blocks`].
+        blocks: BlockSpan,
     },
     /// A running or resumed request.
     Cached {
@@ -161,9 +161,20 @@ pub enum Admission {
         computed: u32,
         /// Output tokens plus those in flight.
         outputs: u32,
-        /// Blocks taken this step (its whole new table when resumed); none if none.
-        new_blocks: Option<Vec<BlockId>>,
+        /// Blocks taken this step (its whole new table when resumed), in
+        /// [`SchedulerOutput::blocks`]; none if none.
+        new_blocks: Option<BlockSpan>,
     },
+}
+
+/// A run of block ids in a step's [`SchedulerOutput::blocks`], so describing a step allocates
+/// nothing once its buffers have grown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockSpan {
+    /// Where the run starts.
+    pub start: u32,
+    /// How many ids it has.
+    pub len: u32,
 }
 
 /// One scheduled step.
@@ -183,6 +194,22 @@ pub struct SchedulerOutput {
     pub finished_prev: Vec<u64>,
     /// Cascade attention's common prefix, in blocks.
     pub common_prefix_blocks: u32,
+    /// The block ids the admissions' spans point into.
+    pub blocks: Vec<BlockId>,
+}
+
+impl SchedulerOutput {
+    /// The block ids of `span`.
+    pub fn block_ids(&self, span: BlockSpan) -> &[BlockId] {
+        &self.blocks[span.start as usize..(span.start + span.len) as usize]
+    }
+
+    /// Append `ids` to the step's blocks and return their span.
+    fn push_blocks(&mut self, ids: &[BlockId]) -> BlockSpan {
+        let start = self.blocks.len() as u32;
+        self.blocks.extend_from_slice(ids);
+        BlockSpan { start, len: ids.len() as u32 }
+    }
 }
 
 /// What one [`Scheduler::update_from_output`] did.
@@ -213,8 +240,11 @@ pub struct SchedulerStats {
 }
 
 /// A running-phase entry while a step is being scheduled: request, tokens, computed before,
-/// blocks taken.
-type RunningEntry = (RequestHandle, u32, u32, Vec<BlockId>);
+/// blocks taken (in the step's blocks).
+type RunningEntry = (RequestHandle, u32, u32, BlockSpan);
+
+/// An admission while a step is being scheduled: request, tokens, hit tokens, resumed.
+type AdmittedEntry = (RequestHandle, u32, u32, bool);
 
 /// The scheduler of one vLLM instance.
 #[derive(Clone, Debug)]
@@ -230,6 +260,11 @@ pub struct Scheduler {
     counters: SchedulerCounters,
     events: Vec<(u64, SchedulerEvent)>,
     hits: Vec<BlockId>,
+    /// Per-step working lists, kept so a step allocates nothing once they have grown.
+    running_entries: Vec<RunningEntry>,
+    admitted: Vec<AdmittedEntry>,
+    new_blocks: Vec<BlockId>,
+    stopped: Vec<(RequestHandle, Status)>,
     scratch: Vec<u8>,
 }
 
@@ -252,6 +287,10 @@ impl Scheduler {
             counters: SchedulerCounters::default(),
             events: Vec::new(),
             hits: Vec::new(),
+            running_entries: Vec::new(),
+            admitted: Vec::new(),
+            new_blocks: Vec::new(),
+            stopped: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -367,9 +406,11 @@ impl Scheduler {
         out.cached.clear();
         out.preempted.clear();
         out.finished_prev.clear();
+        out.blocks.clear();
         let limits = self.limits;
         let mut budget = limits.max_num_batched_tokens;
-        let mut running_entries: Vec<RunningEntry> = Vec::new();
+        let mut running_entries = std::mem::take(&mut self.running_entries);
+        running_entries.clear();
         let mut preempted_any = false;
 
         // 1. Running requests, in order.
@@ -395,14 +436,14 @@ impl Scheduler {
                 index += 1;
                 continue;
             }
-            let mut new_blocks = Vec::new();
+            let start = out.blocks.len() as u32;
             let allocated = loop {
                 let kv = &mut self.kv;
                 let request = match &mut self.slots[handle.slot as usize].1 {
                     Some(r) => r,
                     None => unreachable!("running requests exist"),
                 };
-                if kv.allocate_slots(request, n, 0, &[], &mut new_blocks) {
+                if kv.allocate_slots(request, n, 0, &[], &mut out.blocks) {
                     break true;
                 }
                 let victim = match limits.policy {
@@ -428,13 +469,15 @@ impl Scheduler {
             if !allocated {
                 break;
             }
-            running_entries.push((handle, n, computed, new_blocks));
+            let span = BlockSpan { start, len: out.blocks.len() as u32 - start };
+            running_entries.push((handle, n, computed, span));
             budget -= n;
             index += 1;
         }
 
         // 2. Waiting requests, only if nobody was preempted.
-        let mut admitted: Vec<(RequestHandle, u32, u32, bool)> = Vec::new();
+        let mut admitted = std::mem::take(&mut self.admitted);
+        admitted.clear();
         while !preempted_any && budget > 0 {
             if self.running.len() == limits.max_num_seqs as usize {
                 break;
@@ -459,7 +502,8 @@ impl Scheduler {
                 break;
             }
             n = n.min(budget);
-            let mut new_blocks = Vec::new();
+            let mut new_blocks = std::mem::take(&mut self.new_blocks);
+            new_blocks.clear();
             let ok = {
                 let kv = &mut self.kv;
                 let request = match &mut self.slots[handle.slot as usize].1 {
@@ -469,6 +513,7 @@ impl Scheduler {
                 kv.allocate_slots(request, n, hit_tokens, &hits, &mut new_blocks)
             };
             self.hits = hits;
+            self.new_blocks = new_blocks;
             if !ok {
                 break;
             }
@@ -486,21 +531,21 @@ impl Scheduler {
         }
 
         // The step's description, as vLLM's SchedulerOutput lays it out.
-        for (handle, n, computed, new_blocks) in &running_entries {
-            let request = self.get(*handle);
+        for &(handle, n, computed, new_blocks) in &running_entries {
+            let request = self.get(handle);
             out.scheduled.push(Scheduled {
-                handle: *handle,
+                handle,
                 key: request.spec.key,
-                tokens: *n,
-                context: *computed,
+                tokens: n,
+                context: computed,
                 samples: false,
             });
             out.cached.push(Admission::Cached {
                 key: request.spec.key,
                 resumed: false,
-                computed: *computed,
+                computed,
                 outputs: request.num_output_tokens() + request.num_output_placeholders,
-                new_blocks: (!new_blocks.is_empty()).then(|| new_blocks.clone()),
+                new_blocks: (new_blocks.len > 0).then_some(new_blocks),
             });
         }
         for &(handle, n, computed, resumed) in &admitted {
@@ -512,22 +557,27 @@ impl Scheduler {
                 context: computed,
                 samples: false,
             });
+            let (key, outputs) =
+                (request.spec.key, request.num_output_tokens() + request.num_output_placeholders);
+            let slot = handle.slot as usize;
+            let blocks = match &self.slots[slot].1 {
+                Some(r) => out.push_blocks(&r.blocks),
+                None => unreachable!("admitted requests exist"),
+            };
             if resumed {
                 out.cached.push(Admission::Cached {
-                    key: request.spec.key,
+                    key,
                     resumed: true,
                     computed,
-                    outputs: request.num_output_tokens() + request.num_output_placeholders,
-                    new_blocks: Some(request.blocks.clone()),
+                    outputs,
+                    new_blocks: Some(blocks),
                 });
             } else {
-                out.new.push(Admission::New {
-                    key: request.spec.key,
-                    computed,
-                    blocks: request.blocks.clone(),
-                });
+                out.new.push(Admission::New { key, computed, blocks });
             }
         }
+        self.running_entries = running_entries;
+        self.admitted = admitted;
         out.total = out.scheduled.iter().map(|s| s.tokens).sum();
         out.common_prefix_blocks =
             self.running.first().map_or(0, |&h| self.kv.common_prefix_blocks(self.get(h)));
@@ -594,7 +644,8 @@ impl Scheduler {
         out.tokens.clear();
         out.finished.clear();
         out.kv_events.clear();
-        let mut stopped: Vec<(RequestHandle, Status)> = Vec::new();
+        let mut stopped = std::mem::take(&mut self.stopped);
+        stopped.clear();
         let max_model_len = self.limits.max_model_len;
         let asynchronous = self.limits.async_scheduling;
         let hash_block_size = self.kv.hash_block_size();
@@ -644,6 +695,7 @@ impl Scheduler {
                 }
             }
         }
+        self.stopped = stopped;
         self.kv.take_events(&mut out.kv_events);
         out.stats = SchedulerStats {
             num_running: self.running.len() as u32,

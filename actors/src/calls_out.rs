@@ -1,0 +1,171 @@
+//! `calls.jsonl` written as calls settle: all of them, a uniform sample, or none; in every case
+//! the SHA-256 of the full file (as `all` would write it) is computed for the run's comparable
+//! digest, so record/replay checks do not depend on the selection.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use blis_contracts::CallRecord;
+use blis_kernel::{Streams, Substream};
+use sha2::{Digest, Sha256};
+
+/// The largest sample: the sample is held in memory until the run ends (about 1 KB a call).
+pub const MAX_SAMPLE: u64 = 1_000_000;
+
+/// Which calls `calls.jsonl` holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallSelection {
+    /// Every call (the default).
+    #[default]
+    All,
+    /// A uniform random sample of this many calls (all of them if there are fewer), drawn by
+    /// reservoir sampling from the substream `("output/calls", "sample", "")`, in file order.
+    Sample(u64),
+    /// No call; the file is not written.
+    None,
+}
+
+impl FromStr for CallSelection {
+    type Err = String;
+
+    /// `all`, `none`, or `sample N` (also `sample:N`) with 1 ≤ N ≤ [`MAX_SAMPLE`].
+    fn from_str(text: &str) -> Result<CallSelection, String> {
+        let words: Vec<&str> = text.split([' ', ':', '=']).filter(|w| !w.is_empty()).collect();
+        match words.as_slice() {
+            ["all"] => Ok(CallSelection::All),
+            ["none"] => Ok(CallSelection::None),
+            ["sample", n] => match n.parse::<u64>() {
+                Ok(n) if (1..=MAX_SAMPLE).contains(&n) => Ok(CallSelection::Sample(n)),
+                _ => Err(format!(
+                    "the sample size must be a whole number from 1 to {MAX_SAMPLE} (the sample is held in memory until the run ends), got `{n}`"
+                )),
+            },
+            _ => Err(format!("must be `all`, `sample N` or `none`, got `{text}`")),
+        }
+    }
+}
+
+/// Why the calls could not be written.
+#[derive(Debug)]
+pub struct CallsOutError {
+    /// The file.
+    pub path: PathBuf,
+    /// What failed.
+    pub error: std::io::Error,
+}
+
+impl fmt::Display for CallsOutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot write {}: {}", self.path.display(), self.error)
+    }
+}
+
+/// Where replication 0's records go, as they settle.
+pub struct CallsOut {
+    selection: CallSelection,
+    file: Option<(PathBuf, BufWriter<File>)>,
+    kept: Vec<CallRecord>,
+    reservoir: Vec<(u64, CallRecord)>,
+    sampler: Substream,
+    seen: u64,
+    line: Vec<u8>,
+    digest: Sha256,
+}
+
+impl CallsOut {
+    /// Records selected by `selection`, streamed into `path` (created or truncated) or, without
+    /// a path, kept in memory for the caller; `seed` seeds the sample.
+    pub fn new(selection: CallSelection, path: Option<&Path>, seed: u64) -> Result<CallsOut, CallsOutError> {
+        let file = match path.filter(|_| selection != CallSelection::None) {
+            Some(path) => Some((
+                path.to_owned(),
+                BufWriter::new(
+                    File::create(path).map_err(|error| CallsOutError { path: path.to_owned(), error })?,
+                ),
+            )),
+            None => None,
+        };
+        Ok(CallsOut {
+            selection,
+            file,
+            kept: Vec::new(),
+            reservoir: Vec::new(),
+            sampler: Streams::new(seed).stream("output/calls", "sample", ""),
+            seen: 0,
+            line: Vec::new(),
+            digest: Sha256::new(),
+        })
+    }
+
+    /// One record, the next in file order.
+    pub fn write(&mut self, record: CallRecord) -> Result<(), CallsOutError> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, &record).expect("call records serialise");
+        self.line.push(b'\n');
+        self.digest.update(&self.line);
+        let index = self.seen;
+        self.seen += 1;
+        match self.selection {
+            CallSelection::All => match &mut self.file {
+                Some((path, file)) => {
+                    file.write_all(&self.line).map_err(|error| CallsOutError { path: path.clone(), error })?
+                }
+                None => self.kept.push(record),
+            },
+            CallSelection::Sample(size) => {
+                if index < size {
+                    self.reservoir.push((index, record));
+                } else {
+                    let slot = self.sampler.below(index + 1);
+                    if slot < size {
+                        self.reservoir[slot as usize] = (index, record);
+                    }
+                }
+            }
+            CallSelection::None => {}
+        }
+        Ok(())
+    }
+
+    /// Write out the sample, flush the file; the records kept in memory and the SHA-256 (hex)
+    /// of every record in file order.
+    pub fn finish(mut self) -> Result<(Vec<CallRecord>, String), CallsOutError> {
+        self.reservoir.sort_by_key(|(index, _)| *index);
+        for (_, record) in std::mem::take(&mut self.reservoir) {
+            match &mut self.file {
+                Some((path, file)) => {
+                    serde_json::to_writer(&mut *file, &record)
+                        .map_err(|error| CallsOutError { path: path.clone(), error: error.into() })?;
+                    file.write_all(b"\n").map_err(|error| CallsOutError { path: path.clone(), error })?;
+                }
+                None => self.kept.push(record),
+            }
+        }
+        if let Some((path, file)) = &mut self.file {
+            file.flush().map_err(|error| CallsOutError { path: path.clone(), error })?;
+        }
+        let digest = self.digest.finalize();
+        Ok((self.kept, digest.iter().map(|b| format!("{b:02x}")).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections_parse_and_refuse() {
+        assert_eq!("all".parse(), Ok(CallSelection::All));
+        assert_eq!("none".parse(), Ok(CallSelection::None));
+        assert_eq!("sample 10".parse(), Ok(CallSelection::Sample(10)));
+        assert_eq!("sample:3".parse(), Ok(CallSelection::Sample(3)));
+        assert!("sample 0".parse::<CallSelection>().is_err());
+        assert_eq!("sample 1000000".parse(), Ok(CallSelection::Sample(MAX_SAMPLE)));
+        assert!("sample 1000001".parse::<CallSelection>().is_err());
+        assert!("sample".parse::<CallSelection>().is_err());
+        assert!("some".parse::<CallSelection>().is_err());
+    }
+}

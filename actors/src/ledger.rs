@@ -1,0 +1,44 @@
+//! Settled calls on their way out of a replication, in the documented order of `calls.jsonl`.
+//!
+//! A client hands each request's call records to its ledger when the request ends (its last
+//! node settles), so a record leaves the client as soon as nothing can change it any more. The
+//! ledger is write-only for the clients — no decision reads it — and the run drains it between
+//! stretches of simulated time. Records are ordered by the key `(end µs, client index, the
+//! client's count of ended requests)`, then by node within a request; every record drained at a
+//! checkpoint ended at or before it and every later one ends after, so the order never depends
+//! on where the checkpoints fall.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use blis_contracts::CallRecord;
+
+/// Where a request's records sort: when it ended (µs), its client's index, and the client's
+/// running count of ended requests.
+pub type SettleKey = (u64, u32, u64);
+
+/// A shared, write-only queue of settled call records (cloning shares it).
+#[derive(Clone, Debug, Default)]
+pub struct CallLedger {
+    settled: Rc<RefCell<Vec<(SettleKey, CallRecord)>>>,
+}
+
+impl CallLedger {
+    /// An empty ledger.
+    pub fn new() -> CallLedger {
+        CallLedger::default()
+    }
+
+    /// One settled record; a request's records are handed over in node order under one key.
+    pub(crate) fn settle(&self, key: SettleKey, record: CallRecord) {
+        self.settled.borrow_mut().push((key, record));
+    }
+
+    /// Every record settled so far, in file order; the ledger is left empty.
+    pub(crate) fn drain(&self) -> Vec<CallRecord> {
+        let mut settled = std::mem::take(&mut *self.settled.borrow_mut());
+        // Stable: a request's records keep their node order under their shared key.
+        settled.sort_by_key(|(key, _)| *key);
+        settled.into_iter().map(|(_, record)| record).collect()
+    }
+}
