@@ -8,7 +8,8 @@ use blis_contracts::{
     StepPrice, StepShape,
 };
 use blis_engines::vllm::{
-    DeviceClass, EngineRequest, FinishedRequest, Stall, VllmArgs, VllmEngine, capture_sizes, plan,
+    DeviceClass, EngineRequest, FinishedRequest, KvEvent, Stall, VllmArgs, VllmEngine, capture_sizes,
+    event_value, hash_block, none_hash, plan,
 };
 
 const GIB: u64 = 1 << 30;
@@ -249,4 +250,34 @@ fn partial_prefills_capture_sizes_and_kv_bytes_resolve_as_vllm_resolves_them() {
     let fixed = engine("kv_cache_memory_bytes: 1073741824\nmax_model_len: 4096", H100);
     assert_eq!(fixed.plan().budget.bytes_per_block, 2_097_152);
     assert_eq!(fixed.plan().budget.num_gpu_blocks, 512);
+}
+
+#[test]
+fn kv_events_are_published_only_when_turned_on_and_carry_vllms_hashes() {
+    let run = |on: bool| {
+        let mut instance = engine("", H100);
+        instance.set_record_kv_events(on);
+        instance.add_request(&request(0, 40, 2, 0)).unwrap();
+        instance.schedule();
+        let mut finished = Vec::new();
+        instance.complete_oldest(1, &mut finished);
+        instance.last_update().kv_events.clone()
+    };
+    assert!(run(false).is_empty());
+    let events = run(true);
+    // 40 prompt tokens fill two blocks of 16, cached in one BlockStored event whose values are
+    // the last 8 bytes of vLLM's SHA-256 block hashes.
+    let tokens: Vec<u32> = (0..32).collect();
+    let mut scratch = Vec::new();
+    let first = hash_block(&none_hash(), &tokens[..16], &mut scratch);
+    let second = hash_block(&first, &tokens[16..], &mut scratch);
+    assert_eq!(
+        events,
+        vec![KvEvent::BlockStored {
+            request: 0,
+            first_block: 0,
+            hashes: vec![event_value(&first), event_value(&second)],
+            parent: None
+        }]
+    );
 }

@@ -340,6 +340,11 @@ impl Scheduler {
         self.waiting.len()
     }
 
+    /// Record KV events or not (see [`KvCacheManager::set_record_events`]).
+    pub fn set_record_kv_events(&mut self, on: bool) {
+        self.kv.set_record_events(on);
+    }
+
     /// The KV-cache manager.
     pub fn kv(&self) -> &KvCacheManager {
         &self.kv
