@@ -303,6 +303,7 @@ pub fn run_observed(
         },
         validity: validity(&first.priced, &first.resolved, &data.registry),
         fates: first.fates,
+        dropped_by_reason: first.tally.dropped_by_reason().clone(),
         metrics: (!all_withheld).then(|| records[0].metrics.clone()),
         estimates,
         withheld,

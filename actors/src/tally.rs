@@ -146,6 +146,7 @@ pub struct Tally {
     slo: Option<blis_contracts::Slo>,
     warm_up: WarmUp,
     fates: FateCounts,
+    dropped_by_reason: std::collections::BTreeMap<String, u64>,
     backlog: BacklogCounts,
     first_arrival_us: Option<u64>,
     last_completion_us: Option<u64>,
@@ -173,6 +174,7 @@ impl Tally {
             slo,
             warm_up,
             fates: FateCounts::default(),
+            dropped_by_reason: Default::default(),
             backlog: BacklogCounts::default(),
             first_arrival_us: None,
             last_completion_us: None,
@@ -184,6 +186,9 @@ impl Tally {
     /// Account for one call.
     pub fn add(&mut self, call: &CallRecord) {
         self.fates.count(&call.fate);
+        if let Fate::Dropped { reason } = &call.fate {
+            *self.dropped_by_reason.entry(reason.clone()).or_default() += 1;
+        }
         self.first_arrival_us =
             Some(self.first_arrival_us.map_or(call.arrival_us, |t| t.min(call.arrival_us)));
         if call.fate != Fate::NotStarted {
@@ -244,6 +249,11 @@ impl Tally {
     /// Every call's fate.
     pub fn fates(&self) -> FateCounts {
         self.fates
+    }
+
+    /// The dropped calls by reason.
+    pub fn dropped_by_reason(&self) -> &std::collections::BTreeMap<String, u64> {
+        &self.dropped_by_reason
     }
 
     /// The first send to the last completion over the whole run, seconds.

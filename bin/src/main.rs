@@ -415,6 +415,7 @@ fn run(
             }
         }
     }
+    let created_out = !outputs.out.exists();
     if let Err(error) = std::fs::create_dir_all(&outputs.out) {
         return fail(1, format_args!("{}: cannot write the outputs: {error}", outputs.out.display()));
     }
@@ -422,7 +423,15 @@ fn run(
     tracing::info!(scenario = %source, "running");
     let (output, observers) = match run_with_progress(&text, options, data, observers, quiet) {
         Ok(done) => done,
-        Err(RunError::Input(error)) => return fail(2, format_args!("{source}: {error}")),
+        Err(RunError::Input(error)) => {
+            // A refused run writes nothing: take back the calls file streaming opened (and the
+            // folder, when this run made it).
+            let _ = std::fs::remove_file(outputs.out.join("calls.jsonl"));
+            if created_out {
+                let _ = std::fs::remove_dir(&outputs.out);
+            }
+            return fail(2, format_args!("{source}: {error}"));
+        }
         Err(error @ (RunError::Kernel(_) | RunError::Stalled { .. } | RunError::Output(_))) => {
             return fail(1, format_args!("{source}: {error}"));
         }

@@ -1,10 +1,9 @@
 //! The readable summary printed on stdout after a run.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use blis_actors::RunOutput;
-use blis_contracts::{EstimateRecord, Fate, RunResult};
+use blis_contracts::{EstimateRecord, RunResult};
 
 /// The summary of a run: fates, latency estimates with their intervals over replications (or
 /// replication 0's figures when there is one), throughput, prefix-cache hits and preemptions,
@@ -36,12 +35,7 @@ pub fn render(output: &RunOutput) -> String {
         let _ = write!(s, " + {} not started", f.not_started);
     }
     s.push('\n');
-    let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
-    for call in &output.calls {
-        if let Fate::Dropped { reason } = &call.fate {
-            *reasons.entry(reason).or_default() += 1;
-        }
-    }
+    let reasons = &r.dropped_by_reason;
     if !reasons.is_empty() {
         let listed: Vec<String> = reasons.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
         let _ = writeln!(s, "dropped (replication 0): {}", listed.join(", "));

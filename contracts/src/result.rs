@@ -40,6 +40,9 @@ pub struct RunResult {
     pub validity: ValidityRecord,
     /// How every call of replication 0 ended.
     pub fates: FateCounts,
+    /// Replication 0's dropped calls by reason (absent when none was dropped).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropped_by_reason: BTreeMap<String, u64>,
     /// Replication 0's figures over its measured window; absent when the acceptance conditions
     /// failed (see `withheld`).
     pub metrics: Option<Metrics>,
