@@ -5,7 +5,8 @@
 //! Poisson arrivals at 8 requests/s, 512 input and 128 output tokens, `max_num_seqs: 256`, every
 //! other engine argument at vLLM 0.15.1's default (prefix caching, asynchronous scheduling, CUDA
 //! graphs), one replication on one thread. The cluster cases put 8 such engines behind the
-//! router at 308 requests/s. `calls.jsonl` is written in full for every case.
+//! router at 308 requests/s, behind the round-robin router and behind llm-d's router with its
+//! built-in default config (the `-llmd` cases). `calls.jsonl` is written in full for every case.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -22,6 +23,8 @@ struct Case {
     requests: u64,
     prefix_caching: bool,
     threads: usize,
+    /// llm-d's router with its built-in default config instead of round-robin.
+    llmd: bool,
 }
 
 const CASES: &[Case] = &[
@@ -32,6 +35,7 @@ const CASES: &[Case] = &[
         requests: 10,
         prefix_caching: true,
         threads: 1,
+        llmd: false,
     },
     Case {
         name: "reference-10k",
@@ -40,6 +44,7 @@ const CASES: &[Case] = &[
         requests: 10_000,
         prefix_caching: true,
         threads: 1,
+        llmd: false,
     },
     Case {
         name: "reference-100k",
@@ -48,6 +53,7 @@ const CASES: &[Case] = &[
         requests: 100_000,
         prefix_caching: true,
         threads: 1,
+        llmd: false,
     },
     Case {
         name: "reference-100k-no-caching",
@@ -56,6 +62,7 @@ const CASES: &[Case] = &[
         requests: 100_000,
         prefix_caching: false,
         threads: 1,
+        llmd: false,
     },
     Case {
         name: "reference-1m",
@@ -64,6 +71,7 @@ const CASES: &[Case] = &[
         requests: 1_000_000,
         prefix_caching: true,
         threads: 1,
+        llmd: false,
     },
     Case {
         name: "cluster-8x-100k",
@@ -72,6 +80,7 @@ const CASES: &[Case] = &[
         requests: 100_000,
         prefix_caching: true,
         threads: 2,
+        llmd: false,
     },
     Case {
         name: "cluster-8x-1m",
@@ -80,19 +89,39 @@ const CASES: &[Case] = &[
         requests: 1_000_000,
         prefix_caching: true,
         threads: 2,
+        llmd: false,
+    },
+    Case {
+        name: "cluster-8x-100k-llmd",
+        engines: 8,
+        rate_per_s: 308.0,
+        requests: 100_000,
+        prefix_caching: true,
+        threads: 2,
+        llmd: true,
+    },
+    Case {
+        name: "cluster-8x-1m-llmd",
+        engines: 8,
+        rate_per_s: 308.0,
+        requests: 1_000_000,
+        prefix_caching: true,
+        threads: 2,
+        llmd: true,
     },
 ];
 
 /// The scenario of `case`.
 fn scenario(case: &Case) -> String {
     let caching = if case.prefix_caching { "" } else { ", enable_prefix_caching: false" };
+    let router = if case.llmd { "config: {}" } else { "policy: round-robin" };
     format!(
         "# blis-actor bench case {name}.\n\
          seed: 1\n\
          frame: {{ replications: 1 }}\n\
          cluster:\n  \
            network: {{ client_router_us: 500, router_engine_us: 100 }}\n  \
-           router: {{ policy: round-robin }}\n  \
+           router: {{ {router} }}\n  \
            pools:\n    \
              - name: h100\n      \
                replicas: {engines}\n      \
@@ -110,6 +139,7 @@ fn scenario(case: &Case) -> String {
                input_tokens: {{ dist: constant, value: 512 }}\n      \
                output_tokens: {{ dist: constant, value: 128 }}\n",
         name = case.name,
+        router = router,
         engines = case.engines,
         requests = case.requests,
         rate = case.rate_per_s,

@@ -174,7 +174,8 @@ enum Command {
     /// wall time and peak resident memory (`docs/PERFORMANCE.md`).
     Bench {
         /// Cases to run: reference-10, reference-10k, reference-100k,
-        /// reference-100k-no-caching, reference-1m, cluster-8x-100k, cluster-8x-1m.
+        /// reference-100k-no-caching, reference-1m, cluster-8x-100k, cluster-8x-1m,
+        /// cluster-8x-100k-llmd, cluster-8x-1m-llmd.
         cases: Vec<String>,
         /// Print the cases' scenarios instead of running them.
         #[arg(long)]
