@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-$(mktemp -d)}
+mkdir -p "$OUT"
 cargo build --release --quiet
 B=${CARGO_TARGET_DIR:-target}/release/blis-actor
 S=fixtures/scenarios/routing
