@@ -686,6 +686,11 @@ impl Client {
         }
     }
 
+    /// Whether it will send nothing more and has yet to tell the router so.
+    fn owes_done(&self) -> bool {
+        self.notify_done && self.upcoming.is_none() && self.timers.is_empty() && self.live.is_empty()
+    }
+
     /// The next time the client acts on its own, µs.
     fn next_own_event(&self) -> Option<u64> {
         let timer = self.timers.keys().next().map(|&(at, _)| at);
@@ -705,7 +710,7 @@ impl Call {
 
 impl Actor<ClusterMessage> for Client {
     fn time_advance(&self) -> TimeAdvance {
-        if self.notify_done && self.upcoming.is_none() && self.timers.is_empty() && self.live.is_empty() {
+        if self.owes_done() {
             // Nothing left to send: say so at once (a client with no requests too).
             return TimeAdvance::until(self.last_transition, self.last_transition);
         }
@@ -745,7 +750,7 @@ impl Actor<ClusterMessage> for Client {
                 _ => break,
             }
         }
-        if self.notify_done && self.upcoming.is_none() && self.timers.is_empty() && self.live.is_empty() {
+        if self.owes_done() {
             self.notify_done = false;
             out.send(self.router, self.delay_to_router, ClusterMessage::ClientDone);
         }
