@@ -13,9 +13,14 @@ pub fn render(output: &RunOutput) -> String {
     let f = &r.fates;
     let mut s = String::new();
     let engines: Vec<String> = r.engines.iter().map(|e| format!("{} {}", e.kind, e.version)).collect();
+    let router = &r.scenario.resolved["router"];
+    let router = match router["kind"].as_str() {
+        Some("llm-d") => format!("llm-d-router {}", router["version"].as_str().unwrap_or_default()),
+        _ => "round-robin".to_owned(),
+    };
     let _ = writeln!(
         s,
-        "seed {}, {} replication{}, engines: {}",
+        "seed {}, {} replication{}, engines: {}, router: {router}",
         r.seed,
         r.replications.len(),
         if r.replications.len() == 1 { "" } else { "s" },
