@@ -144,8 +144,13 @@ fn gate_prefix_heavy() {
 }
 
 #[test]
+fn gate_llmd_chat() {
+    gate("llmd-chat");
+}
+
+#[test]
 fn every_gate_scenario_replays_without_divergence() {
-    for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon", "prefix-heavy"] {
+    for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon", "prefix-heavy", "llmd-chat"] {
         replays(name);
     }
 }
