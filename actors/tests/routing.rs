@@ -180,3 +180,16 @@ fn the_stack_names_the_releases_this_build_models() {
     assert_eq!(stack["vllm"], blis_engines::vllm::VLLM_VERSION);
     assert_eq!(stack["llm-d-router"], blis_contracts::LLMD_ROUTER_VERSION);
 }
+
+#[test]
+fn llm_d_routing_is_byte_identical_across_hosts_and_thread_counts() {
+    let text = std::fs::read_to_string(root().join("fixtures/gate/llmd-chat.yaml")).unwrap();
+    let with = |host: blis_kernel::HostKind, threads: usize| {
+        let options = RunOptions { host, threads: Some(threads), ..RunOptions::default() };
+        let out = run(&text, options, &mut |_| {}).unwrap();
+        (out.result_json(), out.calls_jsonl())
+    };
+    let reference = with(blis_kernel::HostKind::Inline, 1);
+    assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
+    assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
+}
