@@ -19,10 +19,11 @@ mod replication;
 mod router_host;
 mod run;
 pub mod stats;
+pub mod swarm;
 pub mod validation;
 pub mod workload;
 
-pub use assembly::{AssembledCluster, AssemblyOptions, assemble};
+pub use assembly::{AssembledCluster, AssemblyOptions, Fault, assemble};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
 pub use comparison::{Configuration, MetricComparison, compare_configs};
 pub use engine_host::EngineHost;
