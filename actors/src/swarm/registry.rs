@@ -26,7 +26,7 @@ pub const INVARIANTS: &[Invariant] = &[
         check: "`swarm::checker::Checker::on_delivery` (kernel observer), every delivery of a checked run",
         tests: &[
             "actors/src/swarm/checker.rs::tests::a_message_delivered_at_its_sending_instant_breaks_i1",
-            "kernel/tests/rounds.rs",
+            "kernel/tests/rounds.rs::a_zero_delay_chain_of_k_actors_completes_in_k_rounds_at_one_time",
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
         ],
     },
@@ -37,7 +37,8 @@ pub const INVARIANTS: &[Invariant] = &[
         check: "`swarm::checker::Checker::on_delivery`, every delivery of a checked run",
         tests: &[
             "actors/src/swarm/checker.rs::tests::an_unsorted_bag_breaks_i2",
-            "kernel/src/agenda.rs (unit tests)",
+            "kernel/src/agenda.rs::tests::queue_hands_over_only_what_is_due_in_key_order",
+            "kernel/src/agenda.rs::tests::bag_keys_order_like_their_fields",
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
         ],
     },
@@ -48,7 +49,8 @@ pub const INVARIANTS: &[Invariant] = &[
         check: "`swarm::checker::Checker::on_transition` every transition; the round bound by the kernel (`KernelError::RoundLimit`, reported as I3)",
         tests: &[
             "actors/src/swarm/checker.rs::tests::two_transitions_in_one_instant_break_i3",
-            "kernel/tests/rounds.rs",
+            "kernel/tests/rounds.rs::transitions_are_internal_external_or_confluent_with_the_elapsed_time",
+            "kernel/tests/rounds.rs::the_round_bound_fails_naming_the_actors",
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
         ],
     },
@@ -69,8 +71,9 @@ pub const INVARIANTS: &[Invariant] = &[
         check: "`Scheduler::check_invariants` (engines/src/vllm/scheduler/invariants.rs), through `EngineHost::check` after every engine transition",
         tests: &[
             "actors/tests/swarm.rs::a_leaked_kv_block_is_caught_with_its_reproduction_line",
+            "bin/tests/swarm.rs::an_injected_leak_prints_the_line_that_reproduces_it",
             "actors/tests/conservation.rs::kv_blocks_are_conserved_after_every_step_under_preemption",
-            "engines/src/vllm/block_pool.rs (unit tests)",
+            "engines/src/vllm/block_pool.rs (its unit tests)",
         ],
     },
     Invariant {
@@ -107,7 +110,7 @@ pub const INVARIANTS: &[Invariant] = &[
         check: "`swarm::checked::run_checked` at the end of every checked run (an engine stall, `RunError::Stalled`, is a violation)",
         tests: &[
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
-            "engines/src/vllm/engine.rs (stall detection)",
+            "engines/tests/vllm_engine.rs::the_upstream_priority_livelock_is_reported_not_run_forever",
         ],
     },
     Invariant {
@@ -117,7 +120,7 @@ pub const INVARIANTS: &[Invariant] = &[
         check: "`swarm::checked::run_checked` reruns every seed unchecked (every fourth on the task host) and compares the digest of fates and calls",
         tests: &[
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
-            "actors/tests/statistics.rs",
+            "actors/tests/statistics.rs::replications_are_identical_whatever_the_thread_count_and_give_intervals",
             "actors/tests/gate.rs",
         ],
     },
