@@ -152,6 +152,9 @@ enum Command {
         /// How many inputs.
         #[arg(long, default_value_t = 10_000)]
         count: u64,
+        /// Print the inputs instead of running them.
+        #[arg(long)]
+        show: bool,
     },
     /// Re-run real experiments (reference-data folders) as they ran and compare, stage by
     /// stage, with what their client measured.
@@ -317,7 +320,7 @@ fn main() -> ExitCode {
             let fault = fault.map(|FaultArg::LeakKvBlock| blis_actors::Fault::LeakKvBlock);
             swarm::swarm(seed, count, fault, !no_determinism, &CostData::embedded())
         }
-        Command::Fuzz { seed, count } => swarm::fuzz(seed, count, &CostData::embedded()),
+        Command::Fuzz { seed, count, show } => swarm::fuzz(seed, count, show, &CostData::embedded()),
         Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, data } => match data.load() {
             Ok(data) => match validate::validate(&dirs, replications, stage_cap_s, leave_one_out, &data) {
                 Ok((table, _)) => {

@@ -61,7 +61,17 @@ pub fn swarm(seed: u64, count: u64, fault: Option<Fault>, determinism: bool, dat
 
 /// Fuzz inputs `seed .. seed + count`; exit 1 on any panic, unnamed refusal or hang.
 #[allow(clippy::disallowed_methods, reason = "wall time bounds an input's run; it decides nothing in it")]
-pub fn fuzz(seed: u64, count: u64, data: &CostData) -> ExitCode {
+pub fn fuzz(seed: u64, count: u64, show: bool, data: &CostData) -> ExitCode {
+    if show {
+        for s in seed..seed.saturating_add(count) {
+            let (kind, scenario, file) = blis_actors::swarm::fuzz::input(s);
+            println!("# fuzz seed {s}: {kind}\n{scenario}");
+            if let Some((name, content)) = file {
+                println!("# {name}\n{content}");
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     let dir = std::env::temp_dir().join(format!("blis-actor-fuzz-{}", std::process::id()));
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("error: cannot create {}: {e}", dir.display());
