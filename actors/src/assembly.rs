@@ -59,6 +59,15 @@ pub struct AssemblyOptions {
     pub base_dir: PathBuf,
     /// Whether clients keep every request they release (to export the workload).
     pub keep_released: bool,
+    /// A fault to inject, so a checked run can show its checks catch it (never set by `run`).
+    pub fault: Option<Fault>,
+}
+
+/// A deliberate defect a checked run injects to prove an invariant's check fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Every engine instance leaks one KV block before the run starts (breaks I5).
+    LeakKvBlock,
 }
 
 /// Refuse synthetic token counts no pool could serve at any setting: a prompt (with its shared
@@ -190,7 +199,10 @@ pub fn assemble(
     assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
     for (id, name, pool) in &engines {
         let environment = Box::new(Pricer::new(&pool.chip, &pool.plan.pool, &data.registry));
-        let engine = VllmEngine::new(pool.plan.clone(), environment);
+        let mut engine = VllmEngine::new(pool.plan.clone(), environment);
+        if options.fault == Some(Fault::LeakKvBlock) {
+            engine.inject_kv_leak();
+        }
         assembly
             .install(*id, EngineHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some()))
             .map_err(install_error)?;

@@ -406,6 +406,15 @@ impl Actor<ClusterMessage> for EngineHost {
         self.last_transition = now;
     }
 
+    fn check(&self, violations: &mut Vec<String>) {
+        self.engine.check_invariants(violations);
+        for (key, _) in self.engine.scheduler().held() {
+            if !self.clients.contains_key(&key) {
+                violations.push(format!("I4 request {key} is held with no client to answer"));
+            }
+        }
+    }
+
     fn describe(&self, description: &mut Description) {
         let scheduler = self.engine.scheduler();
         let pool = scheduler.kv().pool();

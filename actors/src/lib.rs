@@ -21,11 +21,12 @@ mod replication;
 mod router_host;
 mod run;
 pub mod stats;
+pub mod swarm;
 mod tally;
 pub mod validation;
 pub mod workload;
 
-pub use assembly::{AssembledCluster, AssemblyOptions, assemble};
+pub use assembly::{AssembledCluster, AssemblyOptions, Fault, assemble};
 pub use calls_out::{CallSelection, CallsOut, CallsOutError};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
 pub use comparison::{Configuration, MetricComparison, compare_configs};

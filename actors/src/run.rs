@@ -207,6 +207,7 @@ pub fn run_observed(
         host: options.host,
         base_dir: options.base_dir.clone().unwrap_or_default(),
         keep_released: options.export_workload,
+        fault: None,
     };
     let seeds: Vec<u64> = (0..replications).map(|r| replication_seed(seed, r)).collect();
     let threads = options.threads.unwrap_or_else(default_threads).max(1);

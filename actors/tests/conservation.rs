@@ -109,7 +109,12 @@ fn kv_blocks_are_conserved_after_every_step_under_preemption() {
         &scenario,
         7,
         &CostData::embedded(),
-        &blis_actors::AssemblyOptions { host: HostKind::Inline, base_dir: ".".into(), keep_released: false },
+        &blis_actors::AssemblyOptions {
+            host: HostKind::Inline,
+            base_dir: ".".into(),
+            keep_released: false,
+            fault: None,
+        },
     )
     .unwrap();
     let audit = BlockAudit::default();

@@ -12,6 +12,7 @@ mod logging;
 mod progress;
 mod replay;
 mod summary;
+mod swarm;
 mod trace;
 mod validate;
 
@@ -132,6 +133,35 @@ enum Command {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Run seeded random scenarios with every invariant checked after every instant
+    /// (docs/INVARIANTS.md); each failure is printed as the line that reproduces it.
+    Swarm {
+        /// The first swarm seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How many seeds, from `--seed` on.
+        #[arg(long, default_value_t = 100)]
+        count: u64,
+        /// Inject a fault, to see a check catch it.
+        #[arg(long, value_enum)]
+        fault: Option<FaultArg>,
+        /// Skip the rerun that checks determinism (I10).
+        #[arg(long)]
+        no_determinism: bool,
+    },
+    /// Fuzz the parsers with mutated fixtures (scenario YAML, workload JSONL, traces); every
+    /// accepted input is simulated; never in CI.
+    Fuzz {
+        /// The first fuzz seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How many inputs.
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// Print the inputs instead of running them.
+        #[arg(long)]
+        show: bool,
+    },
     /// Re-run real experiments (reference-data folders) as they ran and compare, stage by
     /// stage, with what their client measured.
     ValidateReal {
@@ -223,6 +253,13 @@ impl DataArgs {
     }
 }
 
+/// A fault the swarm can inject.
+#[derive(Clone, Copy, ValueEnum)]
+enum FaultArg {
+    /// Every engine leaks one KV block before the run (breaks I5).
+    LeakKvBlock,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Host {
     Inline,
@@ -308,6 +345,11 @@ fn main() -> ExitCode {
         },
         Command::Bench { cases, print_scenario, out } => bench::bench(&cases, print_scenario, &out),
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
+        Command::Swarm { seed, count, fault, no_determinism } => {
+            let fault = fault.map(|FaultArg::LeakKvBlock| blis_actors::Fault::LeakKvBlock);
+            swarm::swarm(seed, count, fault, !no_determinism, &CostData::embedded())
+        }
+        Command::Fuzz { seed, count, show } => swarm::fuzz(seed, count, show, &CostData::embedded()),
         Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, data } => match data.load() {
             Ok(data) => match validate::validate(&dirs, replications, stage_cap_s, leave_one_out, &data) {
                 Ok((table, _)) => {

@@ -77,8 +77,13 @@ pub fn to_string<T: Serialize>(value: &T) -> Result<String, serde_norway::Error>
 }
 
 fn refusal(prefix: &str, error: serde_path_to_error::Error<serde_norway::Error>) -> FieldError {
-    let inner_path = error.path().to_string();
+    let mut inner_path = error.path().to_string();
     let mut cause = error.inner().to_string();
+    // An empty key (`"": 1`, or an anchor right before its colon: `&x: 1`) is named `""`, so the
+    // refusal still points at a field (found by the fuzzer: the path was empty or ended in `.`).
+    if cause.contains("unknown field ``") && (inner_path.is_empty() || inner_path.ends_with('.')) {
+        inner_path.push_str("\"\"");
+    }
     // The parser puts the path it knows at the front of its message (for a tagged section, the
     // enclosing list item's); the refusal's path says it once.
     if let Some((head, rest)) = cause.split_once(": ")
@@ -151,11 +156,15 @@ fn quoted(message: &str) -> Option<&str> {
     let start = message.find(['`', '"'])?;
     let close = message[start..].chars().next()?;
     let rest = &message[start + 1..];
-    rest.find(close).map(|end| &rest[..end])
+    rest.find(close).map(|end| &rest[..end]).filter(|value| !value.is_empty())
 }
 
 /// In `line`, the key whose value is `value` (`key: value`), and the value's column.
 fn value_key(line: &str, value: &str) -> Option<(String, usize)> {
+    // An empty value matches everywhere; searching for it would never advance.
+    if value.is_empty() {
+        return None;
+    }
     let mut from = 0;
     while let Some(offset) = line[from..].find(value) {
         let column = from + offset;
@@ -203,6 +212,16 @@ mod tests {
         let e = from_str::<Doc>("items:\n  - n: -1\n").unwrap_err();
         assert_eq!(e.path, "items[0].n");
         assert!(e.cause.contains("-1"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_key_is_named_by_its_path() {
+        // Found by the fuzzer (`blis-actor fuzz --seed 23826`): an anchor before a colon.
+        let e = from_str::<Doc>("&tems:\n  - n: 1\n").unwrap_err();
+        assert_eq!(e.path, "\"\"");
+        assert!(e.cause.contains("unknown field ``"), "{e}");
+        let e = from_str::<Doc>("items:\n  - \"\": 1\n").unwrap_err();
+        assert_eq!(e.path, "items[0].\"\"");
     }
 
     #[derive(Debug, Deserialize)]

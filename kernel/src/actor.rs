@@ -168,4 +168,10 @@ pub trait Actor<M: Message>: Any {
 
     /// Describe the current state for observers (timelines); called only when one asks.
     fn describe(&self, _description: &mut Description) {}
+
+    /// Check the actor's own invariants after its transition, appending one line per broken
+    /// rule; called only in checked runs (an observer's [`Observer::wants_checks`]).
+    ///
+    /// [`Observer::wants_checks`]: crate::Observer::wants_checks
+    fn check(&self, _violations: &mut Vec<String>) {}
 }

@@ -200,6 +200,9 @@ impl<M: Message> Simulation<M> {
     /// [`Simulation::observe`] for an already boxed observer.
     pub fn observe_boxed(&mut self, mut observer: Box<dyn Observer<M>>) {
         self.describe |= observer.wants_descriptions();
+        if observer.wants_checks() {
+            self.works.iter_mut().for_each(|work| work.check = true);
+        }
         let names: Vec<&str> = self.book.iter().map(|b| b.name.as_str()).collect();
         observer.on_start(&names);
         self.observers.push(observer);
@@ -429,6 +432,11 @@ impl<M: Message> Simulation<M> {
             };
             for observer in &mut self.observers {
                 observer.on_transition(&record);
+            }
+            for violation in work.violations.drain(..) {
+                for observer in &mut self.observers {
+                    observer.on_violation(at, &book.name, &violation);
+                }
             }
         }
         Ok(())

@@ -129,6 +129,15 @@ pub trait Observer<M>: Any {
         false
     }
 
+    /// Whether this observer wants every actor's [`crate::Actor::check`] run after each of its
+    /// transitions (a checked run); what they find arrives in [`Observer::on_violation`].
+    fn wants_checks(&self) -> bool {
+        false
+    }
+
+    /// An actor's own check found a broken invariant after its transition at `now`.
+    fn on_violation(&mut self, _now: Instant, _actor: &str, _violation: &str) {}
+
     /// The run starts; `actors` holds every actor's name, indexed by [`ActorId`].
     fn on_start(&mut self, _actors: &[&str]) {}
 

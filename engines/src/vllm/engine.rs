@@ -197,6 +197,34 @@ impl VllmEngine {
         self.in_flight.len()
     }
 
+    /// Check the engine's invariants — the scheduler's, and every launched batch within its
+    /// token and sequence budgets — appending one line per broken rule (checked runs, tests).
+    pub fn check_invariants(&self, violations: &mut Vec<String>) {
+        self.scheduler.check_invariants(violations);
+        let limits = self.scheduler.limits();
+        for batch in &self.in_flight {
+            let sum: u64 = batch.scheduled.iter().map(|s| u64::from(s.tokens)).sum();
+            if sum != u64::from(batch.total) || batch.total > limits.max_num_batched_tokens {
+                violations.push(format!(
+                    "I6 a step schedules {sum} tokens (total {}), budget max_num_batched_tokens {}",
+                    batch.total, limits.max_num_batched_tokens
+                ));
+            }
+            if batch.scheduled.len() > limits.max_num_seqs as usize {
+                violations.push(format!(
+                    "I6 a step schedules {} requests, more than max_num_seqs {}",
+                    batch.scheduled.len(),
+                    limits.max_num_seqs
+                ));
+            }
+        }
+    }
+
+    /// Fault injection for checked runs: leak one KV block (see [`Scheduler::leak_kv_block`]).
+    pub fn inject_kv_leak(&mut self) {
+        self.scheduler.leak_kv_block();
+    }
+
     /// Schedule the next batch, queue it as launched, pad it to its CUDA graph, and price it.
     /// The shape is empty (and the price zero) when no request got a token.
     pub fn schedule(&mut self) -> (StepPrice, &StepShape) {

@@ -67,6 +67,11 @@ impl KvCacheManager {
         &self.pool
     }
 
+    /// The block pool, for fault injection in checked runs ([`super::Scheduler::leak_kv_block`]).
+    pub(crate) fn pool_mut(&mut self) -> &mut BlockPool {
+        &mut self.pool
+    }
+
     /// Tokens per block.
     pub fn block_size(&self) -> u32 {
         self.block_size

@@ -31,6 +31,8 @@
 //! free their blocks at once, leave the running (or waiting) list, and are reported with the next
 //! schedule. Aborts ([`Scheduler::abort`]) remove and free a request at once.
 
+mod invariants;
+
 use std::collections::BTreeMap;
 
 use super::block_pool::{BlockId, KvEvent};

@@ -42,6 +42,10 @@ pub(crate) struct Work<M> {
     pub(crate) outbox: Outbox<M>,
     pub(crate) next: TimeAdvance,
     pub(crate) description: Option<Description>,
+    /// Whether to run the actor's [`Actor::check`] after its transition (checked runs only).
+    pub(crate) check: bool,
+    /// What the check found, until the coordinator reports it.
+    pub(crate) violations: Vec<String>,
 }
 
 impl<M> Work<M> {
@@ -55,6 +59,8 @@ impl<M> Work<M> {
             outbox: Outbox::default(),
             next: TimeAdvance::Passive,
             description: None,
+            check: false,
+            violations: Vec::new(),
         }
     }
 }
@@ -78,6 +84,9 @@ pub(crate) fn perform<M: Message>(actor: &mut dyn Actor<M>, work: &mut Work<M>) 
     if let Some(description) = work.description.as_mut() {
         description.clear();
         actor.describe(description);
+    }
+    if work.check {
+        actor.check(&mut work.violations);
     }
 }
 
