@@ -56,3 +56,24 @@ fn every_invariant_is_numbered_once_and_cited_by_a_test() {
     assert_eq!(ids, expected);
     assert!(blis_actors::swarm::INVARIANTS.iter().all(|i| !i.tests.is_empty() && !i.check.is_empty()));
 }
+
+#[test]
+fn every_cited_test_exists_in_the_file_it_names() {
+    // A citation is `path::[module::]test`: the file must hold `fn test(`.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for invariant in blis_actors::swarm::INVARIANTS {
+        for citation in invariant.tests {
+            let (path, rest) = citation
+                .split_once("::")
+                .unwrap_or_else(|| panic!("{}: `{citation}` names no test", invariant.id));
+            let test = rest.rsplit("::").next().unwrap();
+            let source = std::fs::read_to_string(format!("{root}/{path}"))
+                .unwrap_or_else(|e| panic!("{}: `{citation}`: {path}: {e}", invariant.id));
+            assert!(
+                source.contains(&format!("fn {test}(")),
+                "{}: `{citation}`: no test {test} in {path}",
+                invariant.id
+            );
+        }
+    }
+}

@@ -73,7 +73,8 @@ pub const INVARIANTS: &[Invariant] = &[
             "actors/tests/swarm.rs::a_leaked_kv_block_is_caught_with_its_reproduction_line",
             "bin/tests/swarm.rs::an_injected_leak_prints_the_line_that_reproduces_it",
             "actors/tests/conservation.rs::kv_blocks_are_conserved_after_every_step_under_preemption",
-            "engines/src/vllm/block_pool.rs (its unit tests)",
+            "engines/src/vllm/block_pool.rs::tests::allocation_pops_the_head_and_freeing_appends_in_the_order_given",
+            "engines/src/vllm/block_pool.rs::tests::the_index_agrees_with_an_ordered_map_under_inserts_and_removals",
         ],
     },
     Invariant {
@@ -82,7 +83,7 @@ pub const INVARIANTS: &[Invariant] = &[
         rule: "Every launched step schedules at most max_num_batched_tokens tokens (its total is the sum of its requests' tokens) and at most max_num_seqs requests; at most max_num_seqs requests run.",
         check: "`VllmEngine::check_invariants` and `Scheduler::check_invariants`, after every engine transition",
         tests: &[
-            "engines/tests/oracle.rs (every recorded vLLM step)",
+            "engines/tests/oracle.rs::every_recorded_step_of_vllm_0_15_1_is_matched",
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
         ],
     },
@@ -91,7 +92,10 @@ pub const INVARIANTS: &[Invariant] = &[
         name: "scheduler queues",
         rule: "Every request an engine holds is in exactly one of its waiting and running queues and indexed by its key; none has computed more tokens than it has.",
         check: "`Scheduler::check_invariants`, after every engine transition",
-        tests: &["engines/tests/oracle.rs", "actors/tests/swarm.rs::the_short_swarm_finds_no_violation"],
+        tests: &[
+            "engines/tests/oracle.rs::every_recorded_step_of_vllm_0_15_1_is_matched",
+            "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
+        ],
     },
     Invariant {
         id: "I8",
@@ -121,7 +125,8 @@ pub const INVARIANTS: &[Invariant] = &[
         tests: &[
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
             "actors/tests/statistics.rs::replications_are_identical_whatever_the_thread_count_and_give_intervals",
-            "actors/tests/gate.rs",
+            "actors/tests/gate.rs::every_gate_scenario_replays_without_divergence",
+            "actors/tests/routing.rs::llm_d_routing_is_byte_identical_across_hosts_and_thread_counts",
         ],
     },
     Invariant {
@@ -130,9 +135,11 @@ pub const INVARIANTS: &[Invariant] = &[
         rule: "Every input the parsers accept is within its bound and simulates without a panic, an abort or a hang; every other input is refused with one message naming the field.",
         check: "`swarm::fuzz::fuzz_one` on every mutated input; the `swarm` subcommand's wall-time bound per seed",
         tests: &[
-            "actors/tests/swarm.rs::the_short_swarm_finds_no_violation (every generated scenario is accepted)",
-            "bin/tests/reliability.rs",
-            "the `fuzz` subcommand (never in CI)",
+            "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
+            "actors/src/swarm/fuzz.rs::tests::the_inputs_that_found_the_empty_key_bug_are_refused_by_path",
+            "bin/tests/reliability.rs::token_counts_beyond_every_max_model_len_are_refused",
+            "bin/tests/reliability.rs::huge_timeouts_and_think_times_are_refused_not_wrapped",
+            "bin/tests/reliability.rs::rates_and_counts_whose_run_would_never_end_are_refused",
         ],
     },
 ];
