@@ -47,6 +47,17 @@ pub fn render(data: &CostData) -> String {
             model.rank.as_str()
         );
         let _ = writeln!(s, "      source: {}", model.source);
+        if a.gemm_dtype != a.weight_dtype || a.encoder_params > 0 {
+            let _ = writeln!(
+                s,
+                "      {:?} GEMMs, {:.2} B encoder parameters",
+                a.gemm_dtype,
+                a.encoder_params as f64 / 1e9
+            );
+        }
+        for note in &model.notes {
+            let _ = writeln!(s, "      note: {note}");
+        }
     }
     let _ = writeln!(s, "REGISTRY");
     for entry in data.registry.entries() {

@@ -66,9 +66,12 @@ pub struct MoeLayout {
     pub experts_per_token: u32,
     /// Intermediate size of one expert.
     pub expert_intermediate_size: u32,
-    /// Experts every token visits besides the routed ones (DeepSeek's shared experts).
-    pub shared_experts: u32,
-    /// Leading layers that keep a dense MLP of `intermediate_size` instead of experts.
+    /// Total intermediate width of the shared experts every token visits besides the routed
+    /// ones (DeepSeek: `n_shared_experts × moe_intermediate_size`; Qwen2-MoE:
+    /// `shared_expert_intermediate_size`); zero when there are none.
+    pub shared_intermediate_size: u32,
+    /// Layers that keep a dense MLP of `intermediate_size` instead of experts (leading ones,
+    /// interleaved ones or both: pricing needs only their number).
     pub dense_layers: u32,
 }
 
@@ -97,9 +100,15 @@ pub struct ModelArchitecture {
     pub tie_word_embeddings: bool,
     /// Format of the stored weights (FP8 for a checkpoint quantized to it).
     pub weight_dtype: Dtype,
-    /// Format of activations, and of the KV cache unless the engine says otherwise
-    /// (`torch_dtype`).
+    /// Format of activations, of the embedding and output projection (vLLM never quantizes
+    /// them), and of the KV cache unless the engine says otherwise (`torch_dtype`).
     pub compute_dtype: Dtype,
+    /// Format the linear layers' GEMMs run in: FP8 when weights and activations are both
+    /// quantized to it (W8A8), else the compute format (weight-only quantization dequantizes).
+    pub gemm_dtype: Dtype,
+    /// Parameters outside the text model that the server loads but text requests never run
+    /// (a multimodal checkpoint's vision or audio encoder): they take memory, not step time.
+    pub encoder_params: u64,
     /// Attention type.
     pub attention: AttentionKind,
     /// Present for mixture-of-experts models.

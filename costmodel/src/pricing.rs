@@ -81,6 +81,7 @@ pub struct Pricer {
     expert: Linear,
     experts: f64,
     experts_per_token: f64,
+    /// The shared experts, in units of one routed expert's width.
     shared_experts: f64,
     router: Linear,
     logits: Linear,
@@ -116,6 +117,9 @@ impl Pricer {
         let h = f64::from(model.hidden_size);
         let widths = attention_widths(model);
         let weight_bytes = plan.model.weight_dtype.bytes() as f64;
+        // vLLM never quantizes the embedding and output projection (nor, in the checkpoints
+        // that have one, the encoder): they stay in the compute format.
+        let compute_bytes = plan.model.compute_dtype.bytes() as f64;
         let linear = |params: f64, input: f64, output: f64| Linear {
             flops_per_token: 2.0 * params / t,
             weight_bytes: params * weight_bytes / t,
@@ -125,13 +129,13 @@ impl Pricer {
             Some(moe) => (
                 f64::from(moe.experts),
                 f64::from(moe.experts_per_token),
-                f64::from(moe.shared_experts),
+                f64::from(moe.shared_intermediate_size) / f64::from(moe.expert_intermediate_size.max(1)),
                 f64::from(moe.expert_intermediate_size),
             ),
             None => (0.0, 0.0, 0.0, 0.0),
         };
         let peak_bf16 = chip.bf16_dense_flops.value;
-        let peak_flops = match (plan.model.weight_dtype, &chip.fp8_dense_flops) {
+        let peak_flops = match (plan.model.gemm_dtype, &chip.fp8_dense_flops) {
             (blis_contracts::Dtype::Fp8, Some(fp8)) => fp8.value,
             _ => peak_bf16,
         };
@@ -181,7 +185,7 @@ impl Pricer {
                     counts.embedding
                 } else {
                     0.0
-                })) * weight_bytes
+                })) * compute_bytes
                     / t,
                 activation_bytes_per_token: h * ACTIVATION_BYTES
                     + f64::from(model.vocab_size) / t * LOGIT_BYTES,
@@ -190,7 +194,9 @@ impl Pricer {
             kv_bytes_per_token_per_layer: kv_bytes_per_token_per_gpu(model, tp, plan.kv.dtype.bytes()) as f64
                 / f64::from(model.num_layers),
             all_reduce_bytes_per_token: if tp > 1 { 2.0 * (t - 1.0) / t * h * ACTIVATION_BYTES } else { 0.0 },
-            resident_weight_bytes: counts.total() * weight_bytes / t,
+            resident_weight_bytes: ((counts.total() - counts.embedding - counts.lm_head) * weight_bytes
+                + (counts.embedding + counts.lm_head + model.encoder_params as f64) * compute_bytes)
+                / t,
             activation_bytes_per_token: (2.0 * h
                 + (widths.query + widths.key_value) / t
                 + 2.0 * (intermediate.max((experts_per_token + shared_experts) * expert_width)) / t)
@@ -400,12 +406,7 @@ impl Environment for Pricer {
 pub fn parameter_summary(model: &ModelArchitecture) -> (f64, f64) {
     let counts = ParameterCounts::of(model);
     let active = match model.moe {
-        Some(moe) => counts.active(
-            moe.experts_per_token,
-            moe.shared_experts,
-            moe.experts,
-            f64::from(model.hidden_size),
-        ),
+        Some(moe) => counts.active(moe.experts_per_token, moe.experts, f64::from(model.hidden_size)),
         None => counts.total(),
     };
     (counts.total(), active)
@@ -429,6 +430,7 @@ mod tests {
         let mut model = Catalog::embedded().model(model, "").unwrap().architecture.clone();
         if let Some(dtype) = weights {
             model.weight_dtype = dtype;
+            model.gemm_dtype = dtype;
         }
         PoolPlan {
             engine: EngineIdentity { kind: "test".into(), version: "0".into() },
@@ -533,13 +535,35 @@ mod tests {
     }
 
     #[test]
-    fn an_fp8_model_reads_half_the_weight_bytes() {
+    fn an_fp8_model_reads_half_the_weight_bytes_but_its_output_projection_stays_bf16() {
         let registry = roofline();
         let bf16 = pricer("Llama-3.1-8B", 1, None, &registry);
         let fp8 = pricer("Llama-3.1-8B", 1, Some(Dtype::Fp8), &registry);
-        assert!((bf16.streamed_weight_bytes() / fp8.streamed_weight_bytes() - 2.0).abs() < 1e-12);
+        let counts =
+            ParameterCounts::of(&Catalog::embedded().model("Llama-3.1-8B", "").unwrap().architecture);
+        // vLLM quantizes the linear layers only: the 525 M-parameter lm_head stays in bf16.
+        let lm_head_bytes = 2.0 * counts.lm_head;
+        let expected = (bf16.streamed_weight_bytes() - lm_head_bytes) / 2.0 + lm_head_bytes;
+        assert!((fp8.streamed_weight_bytes() - expected).abs() < 1.0, "{}", fp8.streamed_weight_bytes());
         let (slow, fast) = (bf16.price(&decode_step(1, 1)).micros, fp8.price(&decode_step(1, 1)).micros);
-        assert!((slow / fast - 2.0).abs() < 0.01, "{slow} vs {fast}");
+        let ratio = bf16.streamed_weight_bytes() / expected;
+        assert!((slow / fast - ratio).abs() < 0.01, "{slow} vs {fast}, expected ×{ratio}");
+    }
+
+    #[test]
+    fn weight_only_fp8_streams_fp8_bytes_but_computes_at_the_bf16_peak() {
+        let registry = roofline();
+        let mut w8a16 = plan("Llama-3.1-8B", 1, Some(Dtype::Fp8));
+        w8a16.model.gemm_dtype = Dtype::Bfloat16;
+        let chip = Catalog::embedded().chip("H100-SXM", "").unwrap().clone();
+        let w8a16 = Pricer::new(&chip, &w8a16, &registry);
+        let w8a8 = pricer("Llama-3.1-8B", 1, Some(Dtype::Fp8), &registry);
+        assert_eq!(w8a16.streamed_weight_bytes(), w8a8.streamed_weight_bytes());
+        // A large prefill is compute-bound: at the bf16 peak it takes about twice as long.
+        let mut prefill = StepShape::default();
+        prefill.push(StepRequest { new_tokens: 8192, context_tokens: 0, samples: true });
+        let (slow, fast) = (w8a16.price(&prefill).micros, w8a8.price(&prefill).micros);
+        assert!(slow / fast > 1.5, "{slow} vs {fast}");
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub struct ParameterCounts {
     pub dense_mlp: f64,
     /// One routed expert (zero for dense models).
     pub expert: f64,
+    /// The shared experts of one MoE layer (zero without them).
+    pub shared_experts: f64,
     /// Router, shared experts and all routed experts of one MoE layer (zero for dense models).
     pub moe_layer: f64,
     /// Norm weights of one layer.
@@ -99,13 +101,14 @@ impl ParameterCounts {
             }
         };
         let dense_mlp = 3.0 * h * f64::from(model.intermediate_size);
-        let (expert, moe_layer, dense_layers, moe_layers) = match model.moe {
-            None => (0.0, 0.0, model.num_layers, 0),
+        let (expert, shared_experts, moe_layer, dense_layers, moe_layers) = match model.moe {
+            None => (0.0, 0.0, 0.0, model.num_layers, 0),
             Some(moe) => {
                 let expert = 3.0 * h * f64::from(moe.expert_intermediate_size);
-                let layer = expert * f64::from(moe.experts + moe.shared_experts) + h * f64::from(moe.experts);
+                let shared = 3.0 * h * f64::from(moe.shared_intermediate_size);
+                let layer = expert * f64::from(moe.experts) + shared + h * f64::from(moe.experts);
                 let dense = moe.dense_layers.min(model.num_layers);
-                (expert, layer, dense, model.num_layers - dense)
+                (expert, shared, layer, dense, model.num_layers - dense)
             }
         };
         let vocab = f64::from(model.vocab_size);
@@ -114,6 +117,7 @@ impl ParameterCounts {
             attention_per_layer,
             dense_mlp,
             expert,
+            shared_experts,
             moe_layer,
             norms_per_layer: 2.0 * h,
             lm_head: if model.tie_word_embeddings { 0.0 } else { vocab * h },
@@ -135,10 +139,10 @@ impl ParameterCounts {
     }
 
     /// Parameters one token passes through (MoE: its routed and shared experts only).
-    pub fn active(&self, experts_per_token: u32, shared_experts: u32, experts: u32, hidden: f64) -> f64 {
+    pub fn active(&self, experts_per_token: u32, experts: u32, hidden: f64) -> f64 {
         let layers = f64::from(self.dense_layers + self.moe_layers);
         let moe_active =
-            self.expert * f64::from(experts_per_token + shared_experts) + hidden * f64::from(experts);
+            self.expert * f64::from(experts_per_token) + self.shared_experts + hidden * f64::from(experts);
         self.embedding
             + layers * (self.attention_per_layer + self.norms_per_layer)
             + f64::from(self.dense_layers) * self.dense_mlp
@@ -199,7 +203,12 @@ mod tests {
         let llama = counts("Llama-3.1-8B");
         assert!(((llama.total() - llama.embedding) / 1e9 - 7.505).abs() < 0.001, "streamed per step");
         let mixtral = counts("Mixtral-8x7B-v0.1");
-        assert!((mixtral.active(2, 0, 8, 4096.0) / 1e9 - 12.88).abs() < 0.01, "Mixtral active");
+        assert!((mixtral.active(2, 8, 4096.0) / 1e9 - 12.88).abs() < 0.01, "Mixtral active");
+        // DeepSeek-V3's 37 B active include its shared expert in each of the 58 MoE layers.
+        let deepseek = counts("DeepSeek-V3");
+        let active = deepseek.active(8, 256, 7168.0) / 1e9;
+        assert!((active - 37.0).abs() < 1.0, "DeepSeek-V3 active: {active}");
+        assert!(deepseek.shared_experts > 0.0);
     }
 
     #[test]

@@ -29,6 +29,8 @@ fn model() -> ModelArchitecture {
         tie_word_embeddings: false,
         weight_dtype: Dtype::Bfloat16,
         compute_dtype: Dtype::Bfloat16,
+        gemm_dtype: Dtype::Bfloat16,
+        encoder_params: 0,
         attention: AttentionKind::Full,
         moe: None,
     }

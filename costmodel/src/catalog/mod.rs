@@ -4,10 +4,12 @@
 //! field path of the scenario that asked and the names that are known.
 
 mod chip;
+pub mod hf;
 mod model;
 
 pub use chip::Chip;
-pub use model::{CatalogModel, HfConfig};
+pub use hf::HfConfig;
+pub use model::CatalogModel;
 
 use blis_contracts::{FieldError, yaml};
 use serde::Deserialize;
@@ -86,11 +88,12 @@ impl Catalog {
         }
         let config: HfConfig = serde_json::from_str(json)
             .map_err(|e| FieldError::at("config.json", format!("not a readable config: {e}")))?;
-        let architecture = config.architecture(name)?;
+        let read = config.architecture(name)?;
         self.models.push(CatalogModel {
-            architecture,
+            architecture: read.architecture,
             rank: blis_contracts::Rank::VendorSpec,
             source: format!("Hugging Face config.json at {source}"),
+            notes: read.notes,
         });
         Ok(())
     }

@@ -86,6 +86,7 @@ pub fn plan(
     let mut model = model.clone();
     if config.quantization.is_some() {
         model.weight_dtype = Dtype::Fp8;
+        model.gemm_dtype = Dtype::Fp8;
     }
     let bytes_per_block = 2
         * u64::from(model.num_layers)
