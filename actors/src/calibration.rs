@@ -23,7 +23,7 @@ use blis_contracts::{FieldError, Rank};
 use blis_costmodel::{CostData, Entry, Family, FitRange, Registry};
 
 use crate::run::RunError;
-use crate::validation::{Experiment, StageFigures, simulate};
+use crate::validation::{Experiment, Simulated, simulate};
 
 /// The bundle calibration writes.
 pub const BUNDLE: &str = "vllm-0.15.1-h100";
@@ -242,7 +242,7 @@ fn objective(
     let registry = calibrated_registry(&base.registry, values, experiments).map_err(RunError::Input)?;
     let data = base.with_registry(registry);
     let mut total = prior_penalty(values);
-    let simulated: Vec<Result<Vec<Vec<StageFigures>>, RunError>> = std::thread::scope(|scope| {
+    let simulated: Vec<Result<Simulated, RunError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = experiments
             .iter()
             .map(|experiment| {
@@ -254,11 +254,13 @@ fn objective(
     for (experiment, simulated) in experiments.iter().zip(simulated) {
         let simulated = simulated?;
         for (s, real) in experiment.stages.iter().enumerate() {
-            let sim = &simulated[0][s];
+            let sim = &simulated.stages[0][s];
             // Mean TTFT, mean request latency, per-token time (indices 0, 4, 8 of METRICS).
             let compared: &[usize] = if experiment.overloaded() { &[8] } else { &[0, 4, 8] };
             for &k in compared {
-                let ratio = sim.values[k] / real.values[k];
+                // A statistic the results file does not publish is not fitted.
+                let Some(real) = real.values[k] else { continue };
+                let ratio = sim.values[k].map_or(f64::NAN, |sim| sim / real);
                 total +=
                     if ratio.is_finite() && ratio > 0.0 { (ratio.ln() / FIGURE_SIGMA).powi(2) } else { 1e6 };
             }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use blis_actors::calibration::{
     BUNDLE, CalibrationOptions, Fit, calibrated_registry, fit, scaled, terms_for,
 };
-use blis_actors::validation::Experiment;
+use blis_actors::validation::{Experiment, cost_data_for};
 use blis_contracts::FieldError;
 use blis_costmodel::{CoefficientSample, CostData};
 
@@ -18,8 +18,12 @@ pub fn calibrate(
     options: &CalibrationOptions,
     data: &CostData,
 ) -> Result<String, String> {
-    let experiments: Vec<Experiment> =
-        dirs.iter().map(|d| Experiment::load(d).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let experiments: Vec<Experiment> = dirs
+        .iter()
+        .map(|d| Experiment::load(d, data, None).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let with_models = cost_data_for(&experiments, data).map_err(|e| e.to_string())?;
+    let data = &with_models;
     let terms = terms_for(&experiments, data);
     // Each leave-one-out fit gets a third of the budget and must still build its simplex.
     let least = 3 * (terms.len() + 1);

@@ -178,6 +178,14 @@ enum Command {
         /// (leave-one-experiment-out), instead of the full fit.
         #[arg(long)]
         leave_one_out: bool,
+        /// Emulate this tokenizer's prompt-length drift instead of the client's own (whose
+        /// drift, when not known, falls back to exact lengths).
+        #[arg(long, value_enum)]
+        tokenizer: Option<TokenizerArg>,
+        /// Also write every experiment's per-stage figures, errors, overload verdicts and
+        /// validity flag to this JSON file.
+        #[arg(long)]
+        json: Option<PathBuf>,
         #[command(flatten)]
         data: DataArgs,
     },
@@ -250,6 +258,27 @@ impl DataArgs {
             models.push((name.to_owned(), Path::new(path)));
         }
         CostData::load(self.catalog.as_deref(), self.registry.as_deref(), &models).map_err(|e| e.to_string())
+    }
+}
+
+/// A tokenizer whose prompt-length drift `validate-real` emulates.
+#[derive(Clone, Copy, ValueEnum)]
+enum TokenizerArg {
+    /// Llama-2's sentencepiece tokenizer.
+    Llama2,
+    /// Mixtral's (Mistral v0.1).
+    Mixtral,
+    /// No drift: exact prompt lengths.
+    Exact,
+}
+
+impl TokenizerArg {
+    fn tokenizer(self) -> blis_contracts::PromptTokenizer {
+        match self {
+            TokenizerArg::Llama2 => blis_contracts::PromptTokenizer::Llama2,
+            TokenizerArg::Mixtral => blis_contracts::PromptTokenizer::Mixtral,
+            TokenizerArg::Exact => blis_contracts::PromptTokenizer::Exact,
+        }
     }
 }
 
@@ -350,16 +379,28 @@ fn main() -> ExitCode {
             swarm::swarm(seed, count, fault, !no_determinism, &CostData::embedded())
         }
         Command::Fuzz { seed, count, show } => swarm::fuzz(seed, count, show, &CostData::embedded()),
-        Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, data } => match data.load() {
-            Ok(data) => match validate::validate(&dirs, replications, stage_cap_s, leave_one_out, &data) {
-                Ok((table, _)) => {
-                    print!("{table}");
-                    ExitCode::SUCCESS
-                }
+        Command::ValidateReal { dirs, replications, stage_cap_s, leave_one_out, tokenizer, json, data } => {
+            match data.load() {
+                Ok(data) => match validate::validate(
+                    &dirs,
+                    &validate::ValidateOptions {
+                        replications,
+                        stage_cap_s,
+                        leave_one_out,
+                        tokenizer: tokenizer.map(TokenizerArg::tokenizer),
+                        json: json.as_deref(),
+                    },
+                    &data,
+                ) {
+                    Ok((table, _)) => {
+                        print!("{table}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(message) => fail(2, message),
+                },
                 Err(message) => fail(2, message),
-            },
-            Err(message) => fail(2, message),
-        },
+            }
+        }
         Command::Calibrate { dirs, out, stage_cap_s, evaluations, data } => match data.load() {
             Ok(data) => {
                 let options = blis_actors::calibration::CalibrationOptions { stage_cap_s, evaluations };

@@ -1,21 +1,37 @@
 //! `blis-actor validate-real DIR...`: each real experiment re-run as it ran, compared stage by
-//! stage with what its client measured.
+//! stage with what its client measured; `--json FILE` writes every figure.
 
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use blis_actors::validation::{Experiment, Row, median_absolute_errors, rows, simulate};
+use blis_actors::validation::{Experiment, Row, cost_data_for, median_absolute_errors, rows, simulate};
+use blis_contracts::PromptTokenizer;
 use blis_costmodel::CostData;
+use serde_json::{Value, json};
+
+/// How `validate-real` runs.
+pub struct ValidateOptions<'a> {
+    /// Replications per experiment.
+    pub replications: u32,
+    /// Stages shortened to at most this many seconds.
+    pub stage_cap_s: Option<f64>,
+    /// Each experiment with the registry's sample fitted without it.
+    pub leave_one_out: bool,
+    /// The tokenizer drift to emulate instead of the client's own.
+    pub tokenizer: Option<PromptTokenizer>,
+    /// Where to write every figure as JSON.
+    pub json: Option<&'a Path>,
+}
 
 /// Run every experiment and render the table and the median absolute errors; the rows too.
 pub fn validate(
     dirs: &[PathBuf],
-    replications: u32,
-    stage_cap_s: Option<f64>,
-    leave_one_out: bool,
+    options: &ValidateOptions,
     data: &CostData,
 ) -> Result<(String, Vec<Row>), String> {
+    let replications = options.replications;
     let mut all = Vec::new();
+    let mut records = Vec::new();
     let mut out = String::new();
     let mut reporter = crate::progress::Reporter::new(false);
     let _ = writeln!(
@@ -24,23 +40,26 @@ pub fn validate(
         "experiment", "stage", "metric", "real", "simulated", "error"
     );
     for dir in dirs {
-        let experiment = Experiment::load(dir).map_err(|e| e.to_string())?;
+        let experiment = Experiment::load(dir, data, options.tokenizer).map_err(|e| e.to_string())?;
+        let with_model = cost_data_for(std::slice::from_ref(&experiment), data).map_err(|e| e.to_string())?;
         let held_out;
-        let data = if leave_one_out {
+        let data = if options.leave_one_out {
             let label = format!("fitted without {}", experiment.name);
-            let sample = data.registry.uncertainty().iter().find(|s| s.label == label).ok_or_else(|| {
-                format!("--leave-one-out: the registry has no uncertainty sample {label:?}")
-            })?;
-            held_out = data.with_registry(data.registry.with_sample(sample).map_err(|e| e.to_string())?);
+            let sample =
+                with_model.registry.uncertainty().iter().find(|s| s.label == label).ok_or_else(|| {
+                    format!("--leave-one-out: the registry has no uncertainty sample {label:?}")
+                })?;
+            held_out =
+                with_model.with_registry(with_model.registry.with_sample(sample).map_err(|e| e.to_string())?);
             &held_out
         } else {
-            data
+            &with_model
         };
-        let simulated = simulate(&experiment, replications, stage_cap_s, data, &mut |r, p| {
+        let simulated = simulate(&experiment, replications, options.stage_cap_s, data, &mut |r, p| {
             reporter.update(&format!("{} replication {}/{replications}", experiment.name, r + 1), p);
         })
         .map_err(|e| format!("{}: {e}", experiment.name))?;
-        let experiment_rows = rows(&experiment, &simulated);
+        let experiment_rows = rows(&experiment, &simulated.stages);
         for row in &experiment_rows {
             let simulated = match row.half_width {
                 Some(h) => format!("{:.6} ± {:.6}", row.simulated, h),
@@ -53,6 +72,17 @@ pub fn validate(
                 row.experiment, row.stage, row.metric, row.real, simulated, error
             );
         }
+        let source = experiment
+            .model_config
+            .as_ref()
+            .map_or_else(|| "the catalog".to_owned(), |p| p.display().to_string());
+        let _ = writeln!(out, "  {}: model {} from {source}", experiment.name, experiment.model);
+        let skipped = experiment.skipped();
+        if !skipped.is_empty() {
+            let _ =
+                writeln!(out, "  {}: not published, not compared: {}", experiment.name, skipped.join(", "));
+        }
+        let mut overload = Value::Null;
         if experiment.overloaded() {
             let timed_out = |side: fn(&Row) -> f64| {
                 experiment_rows
@@ -70,11 +100,38 @@ pub fn validate(
                 real * 100.0,
                 simulated * 100.0
             );
+            overload = json!({ "real_timed_out": real, "simulated_timed_out": simulated, "simulated_overloaded": simulated > 0.0 });
         }
+        let validity = &simulated.validity;
+        let flag = if validity.in_domain {
+            "in domain".to_owned()
+        } else {
+            format!("OUT OF DOMAIN: {}", validity.reasons.join("; "))
+        };
+        let _ = writeln!(out, "  {}: validity: {flag}", experiment.name);
+        records.push(json!({
+            "experiment": experiment.name,
+            "model": experiment.model,
+            "model_config": experiment.model_config.as_ref().map(|p| p.display().to_string()),
+            "tensor_parallel": experiment.tensor_parallel,
+            "tokenizer": experiment.tokenizer,
+            "skipped": skipped,
+            "overload": overload,
+            "validity": validity,
+            "rows": experiment_rows.iter().map(|r| json!({
+                "stage": r.stage,
+                "metric": r.metric,
+                "real": r.real,
+                "simulated": r.simulated,
+                "half_width": r.half_width,
+                "relative_error": r.relative_error,
+            })).collect::<Vec<_>>(),
+        }));
         all.extend(experiment_rows);
     }
+    let medians = median_absolute_errors(&all);
     let _ = writeln!(out, "\nmedian absolute error over scored stages:");
-    for (metric, error) in median_absolute_errors(&all) {
+    for (metric, error) in &medians {
         let _ = writeln!(out, "  {metric:<12} {:.1}%", error * 100.0);
     }
     let _ = writeln!(
@@ -82,5 +139,12 @@ pub fn validate(
         "(times in seconds; per_token = (mean request latency − mean TTFT) / (output_len − 1); the client's TPOT and ITL are left out: it stamped blank SSE lines too)"
     );
     reporter.finish();
+    if let Some(path) = options.json {
+        let document =
+            json!({ "experiments": records, "median_absolute_error": medians, "replications": replications });
+        let text = serde_json::to_string_pretty(&document).map_err(|e| format!("--json: {e}"))?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("--json {}: cannot write: {e}", path.display()))?;
+    }
     Ok((out, all))
 }

@@ -134,6 +134,27 @@ impl CostData {
             registry_sha256: hash(&[("registry.yaml".to_owned(), text.into_bytes())]),
         }
     }
+
+    /// The same data with a model named `name` added from the Hugging Face `config.json` at
+    /// `path`; the catalog's hash becomes that of its previous hash and the added file.
+    pub fn with_hf_model(&self, name: &str, path: &Path) -> Result<CostData, FieldError> {
+        let bytes = read(path, "model config")?;
+        let json = text(&bytes, path, "model config")?;
+        let mut catalog = self.catalog.clone();
+        catalog
+            .add_hf_config(name, &json, &path.display().to_string())
+            .map_err(|e| e.within(&path.display().to_string()))?;
+        let catalog_sha256 = hash(&[
+            ("catalog".to_owned(), self.catalog_sha256.clone().into_bytes()),
+            (format!("extra/{name}"), bytes),
+        ]);
+        Ok(CostData {
+            catalog,
+            registry: self.registry.clone(),
+            catalog_sha256,
+            registry_sha256: self.registry_sha256.clone(),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -113,6 +113,22 @@ struct TokenizerSection {
     pretrained_model_name_or_path: Option<String>,
 }
 
+/// The tokenizer whose drift was measured that a model or tokenizer `name` (a Hugging Face
+/// id) uses, if known: Llama 2's (`…llama-2-<size>…`) or Mistral v0.1's (Mixtral-8x7B,
+/// Mistral-7B v0.1 and Instruct v0.1/v0.2); later Mistral tokenizers differ.
+pub fn known_drift(name: &str) -> Option<PromptTokenizer> {
+    let name = name.to_ascii_lowercase();
+    let mistral_v01 =
+        ["mixtral-8x7b", "mistral-7b-v0.1", "mistral-7b-instruct-v0.1", "mistral-7b-instruct-v0.2"];
+    if name.contains("llama-2-") {
+        Some(PromptTokenizer::Llama2)
+    } else if mistral_v01.iter().any(|m| name.contains(m)) {
+        Some(PromptTokenizer::Mixtral)
+    } else {
+        None
+    }
+}
+
 /// Length drift of a tokenizer: system and question factors and the spread per √token.
 fn drift(tokenizer: PromptTokenizer) -> (f64, f64, f64) {
     match tokenizer {
@@ -353,19 +369,14 @@ fn plan(
                 .as_ref()
                 .and_then(|t| t.pretrained_model_name_or_path.clone())
                 .or_else(|| profile.server.as_ref().and_then(|s| s.model_name.clone()))
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            if named.contains("llama-2") {
-                PromptTokenizer::Llama2
-            } else if named.contains("mixtral") || named.contains("mistral") {
-                PromptTokenizer::Mixtral
-            } else {
-                return Err(FieldError::new(
+                .unwrap_or_default();
+            known_drift(&named).ok_or_else(|| {
+                FieldError::new(
                     "workload.inference_perf.tokenizer",
-                    if named.is_empty() { "(none)".to_owned() } else { named },
-                    "the prompt-length drift of this tokenizer is not known; give tokenizer: llama-2, mixtral or exact",
-                ));
-            }
+                    if named.is_empty() { "(none)" } else { &named },
+                    "the prompt-length drift of this tokenizer is not known; give tokenizer: llama2, mixtral or exact",
+                )
+            })?
         }
     };
     let (f_system, f_question, spread) = drift(tokenizer);

@@ -11,6 +11,7 @@
 mod azure;
 pub mod fit;
 mod inference_perf;
+pub(crate) use inference_perf::known_drift;
 mod jsonl;
 mod mooncake;
 pub mod sampling;
