@@ -44,7 +44,7 @@ fn import(emulate: InferencePerfBuild) -> InferencePerfImport {
 #[test]
 fn every_reference_profile_reproduces_its_counts_arrivals_and_prompt_lengths() {
     let runs = runs();
-    assert_eq!(runs.len(), 8);
+    assert_eq!(runs.len(), 16);
     for run in &runs {
         let name = run.file_name().unwrap().to_string_lossy().into_owned();
         let mut source =
@@ -140,7 +140,9 @@ fn the_tokenizer_factor_alone_predicts_each_runs_mean_prompt_length() {
         let shared = &profile["data"]["shared_prefix"];
         let (sys, q) =
             (shared["system_prompt_len"].as_f64().unwrap(), shared["question_len"].as_f64().unwrap());
-        let llama = profile["server"]["model_name"].as_str().unwrap().contains("Llama-2");
+        // CodeLlama ships Llama 2's tokenizer.
+        let model = profile["server"]["model_name"].as_str().unwrap();
+        let llama = model.contains("Llama-2") || model.contains("CodeLlama");
         let (f_sys, f_q) = if llama { (1.047, 1.0463) } else { (1.041, 1.040) };
         let predicted = 1.0 + f_sys * sys + f_q * q;
         let reported = config["successes"]["prompt_len"]["mean"].as_f64().unwrap();
@@ -150,7 +152,7 @@ fn the_tokenizer_factor_alone_predicts_each_runs_mean_prompt_length() {
 
 #[test]
 fn the_newest_build_honours_the_profile_and_refuses_what_it_cannot_model() {
-    let run = &runs()[0];
+    let run = &runs().into_iter().find(|r| r.ends_with("20260217-202857-llama-2-70b-tp4-general")).unwrap();
     // head honours the group counts but not (yet) multi-turn chat, which this profile sets.
     let error =
         InferencePerfSource::open(&import(InferencePerfBuild::Head), run, Streams::new(1)).err().unwrap();
