@@ -277,6 +277,7 @@ pub fn fit(
     terms: &[Term],
     start: Option<&[f64]>,
     options: &CalibrationOptions,
+    progress: &mut dyn FnMut(usize, f64),
 ) -> Result<Fit, RunError> {
     let unscale = |x: &[f64]| -> Vec<(Term, f64)> {
         terms
@@ -290,16 +291,20 @@ pub fn fit(
         None => terms.iter().map(|t| (t.initial - t.bounds.0) / (t.bounds.1 - t.bounds.0)).collect(),
     };
     let mut evaluations = 0;
+    let mut best = f64::INFINITY;
     let mut error = None;
     let mut f = |x: &[f64]| -> f64 {
         evaluations += 1;
-        match objective(base, &unscale(x), experiments, options) {
+        let value = match objective(base, &unscale(x), experiments, options) {
             Ok(v) => v,
             Err(e) => {
                 error.get_or_insert(e);
                 f64::INFINITY
             }
-        }
+        };
+        best = best.min(value);
+        progress(evaluations, best);
+        value
     };
     let (best, value) = restarted_nelder_mead(&mut f, &initial, 0.15, options.evaluations);
     if let Some(e) = error {

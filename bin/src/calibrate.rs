@@ -36,7 +36,16 @@ pub fn calibrate(
         .to_string());
     }
     let mut report = String::new();
-    let full = fit(data, &experiments, &terms, None, options).map_err(|e| e.to_string())?;
+    // Progress on stderr: a line every tenth evaluation of each fit.
+    let progress = |label: String, budget: usize| {
+        move |evaluation: usize, best: f64| {
+            if evaluation % 10 == 0 || evaluation == budget {
+                eprintln!("calibrate: {label}: evaluation {evaluation}/{budget}, best objective {best:.5}");
+            }
+        }
+    };
+    let mut report_full = progress("full fit".to_owned(), options.evaluations);
+    let full = fit(data, &experiments, &terms, None, options, &mut report_full).map_err(|e| e.to_string())?;
     let _ = writeln!(
         report,
         "fitted on {} experiments ({} evaluations), objective {:.5}",
@@ -63,7 +72,12 @@ pub fn calibrate(
                     .map_or(0.5, |(_, s)| s)
             })
             .collect();
-        let fit = fit(data, &rest, &rest_terms, Some(&start), &leave_out).map_err(|e| e.to_string())?;
+        let mut report_fit = progress(
+            format!("fit {}/{} without {}", i + 1, experiments.len(), experiment.name),
+            leave_out.evaluations,
+        );
+        let fit = fit(data, &rest, &rest_terms, Some(&start), &leave_out, &mut report_fit)
+            .map_err(|e| e.to_string())?;
         samples.push(CoefficientSample {
             bundle: BUNDLE.to_owned(),
             label: format!("fitted without {}", experiment.name),
