@@ -16,6 +16,7 @@ mod engine_host;
 mod figures;
 mod ledger;
 mod message;
+mod pd_guard;
 mod metrics;
 mod replication;
 mod router_host;
