@@ -338,3 +338,61 @@ fn handler_pre_request_writes_the_prefill_header() {
     assert_eq!(result.profiles, vec![(0, smallvec![0]), (1, smallvec![1])]);
     assert_eq!(result.headers, vec![("x-prefiller-host-port", "prefill-0:8000".to_owned())]);
 }
+
+/// upstream: disagg/scheduler_test.go::TestPDSchedule (7 cases), through `load` and the router:
+/// prefill profile = prefill-filter + prefix-cache-scorer ×50, decode profile = decode-filter +
+/// load-aware ×1 + prefix-cache-scorer ×0, decider nonCachedTokens 2. Upstream injects match
+/// info (nothing cached, then everything cached for the second call); here the approximate index
+/// learns it from the first call. "Long" prompts are 128 tokens, "short" 1 token.
+#[test]
+fn pd_schedule() {
+    let config = || {
+        load_json(json!({
+            "apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
+            "plugins": [
+                {"type": "prefill-filter"}, {"type": "decode-filter"}, {"type": "prefix-cache-scorer"},
+                {"type": "load-aware-scorer"},
+                {"name": "decider", "type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": 2}},
+                {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "decider"}}},
+            ],
+            "schedulingProfiles": [
+                {"name": "prefill", "plugins": [{"pluginRef": "prefill-filter"}, {"pluginRef": "prefix-cache-scorer", "weight": 50}]},
+                {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}, {"pluginRef": "load-aware-scorer", "weight": 1},
+                                                {"pluginRef": "prefix-cache-scorer", "weight": 0}]},
+            ],
+        }))
+        .unwrap()
+    };
+    let pod = |name: &str, role: Option<&str>, queue: u64| {
+        let labels: Vec<(&str, &str)> = role.map(|r| ("llm-d.ai/role", r)).into_iter().collect();
+        let mut e = endpoint(name, &labels);
+        e.metrics.apply(&scrape(queue, 0, 0.0), 0);
+        e
+    };
+    // 0: endpoint1 (prefill), 1: endpoint2 (decode), 2: noRoleEndpoint1 (queue 2).
+    let endpoints = vec![pod("endpoint1", Some("prefill"), 0), pod("endpoint2", Some("decode"), 0), pod("noRoleEndpoint1", None, 2)];
+    let long: Vec<u32> = (0..128).collect();
+    let short = [7u32];
+    // (candidates, prompt, first call, second call) as (decode, prefill) or a refusal status.
+    type Outcome = Result<(u32, Option<u32>), u16>;
+    let cases: [(&[u32], &[u32], Outcome, Option<Outcome>); 7] = [
+        (&[], &long, Err(503), None),
+        (&[1], &long, Ok((1, None)), None),
+        (&[0], &long, Err(429), None),
+        (&[0, 1], &long, Ok((1, Some(0))), Some(Ok((1, None)))),
+        (&[0, 1], &short, Ok((1, None)), Some(Ok((1, None)))),
+        (&[0, 2], &long, Ok((2, Some(0))), None),
+        (&[0, 1, 2], &long, Ok((1, Some(0))), Some(Ok((1, None)))),
+    ];
+    for (candidates, prompt, first, second) in cases {
+        let mut router = blis_router::Router::new(config(), endpoints.clone());
+        let mut outcome = |key| match router.route(&request(key, prompt), candidates, 0, &mut rng(1)) {
+            blis_router::Decision::Routed { endpoint, .. } => Ok((endpoint, router.result().prefill)),
+            blis_router::Decision::Refused { status, .. } => Err(status),
+        };
+        assert_eq!(outcome(1), first, "{candidates:?} first call");
+        if let Some(second) = second {
+            assert_eq!(outcome(2), second, "{candidates:?} second call");
+        }
+    }
+}
