@@ -19,8 +19,7 @@ use blis_router::plugins::filters::ROLE_LABEL;
 /// Role values of pools that only prefill (or encode) for a decode pod.
 const NOT_DECODE_ROLES: [&str; 3] = ["prefill", "encode-prefill", "encode"];
 
-const LATER: &str =
-    "P/D execution on the engines (the decode sidecar's prefill leg and the KV transfer) comes with a later issue";
+const LATER: &str = "P/D execution on the engines (the decode sidecar's prefill leg and the KV transfer) comes with a later issue";
 
 /// Refuse `config` (loaded from `prefix`) over pools with `pool_labels` if it would route to a
 /// prefill or encode pool.

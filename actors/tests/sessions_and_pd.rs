@@ -89,7 +89,10 @@ fn pd_router(handler: &str, decider: &str) -> String {
 fn a_router_that_would_route_to_a_prefill_pool_is_refused_by_name() {
     // A prefill pool no filter of the default profile excludes.
     let e = refusal(&chat("{ config: {} }", PREFILL_POOL));
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("cluster.pools[1].labels.llm-d.ai/role", Some("prefill")));
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("cluster.pools[1].labels.llm-d.ai/role", Some("prefill"))
+    );
     assert!(
         e.cause.starts_with("a prefill pool the router's profile 'default' can route to (none of its label filters excludes it); P/D execution on the engines")
             && e.cause.contains("comes with a later issue"),
@@ -107,7 +110,10 @@ fn a_router_that_would_route_to_a_prefill_pool_is_refused_by_name() {
     ), "{e}");
     // The prefill-first order runs the prefill profile for every request.
     let e = refusal(&chat(&pd_router("{stageOrder: prefill-first}", "{}"), PREFILL_POOL));
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("cluster.router.config.plugins[4].parameters.stageOrder", Some("prefill-first")));
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("cluster.router.config.plugins[4].parameters.stageOrder", Some("prefill-first"))
+    );
     // A disabled decider (nonCachedTokens 0) never disaggregates: the run goes ahead, decode only,
     // and the prefill pool (dropped by decode-filter) serves nothing.
     let disabled = pd_router("{deciders: {prefill: prefix-based-pd-decider}}", "{nonCachedTokens: 0}");

@@ -1094,7 +1094,8 @@ impl Loader {
     /// producer writing their key.
     fn resolve_consumers(&mut self) {
         let default_prefix = DataKey::new(plugins::DataType::PrefixCacheMatchInfo, "");
-        let prefix_producer = self.plugins.iter().position(|p| p.kind.produces(&p.name).contains(&default_prefix));
+        let prefix_producer =
+            self.plugins.iter().position(|p| p.kind.produces(&p.name).contains(&default_prefix));
         let session_producers: Vec<(String, usize)> = (0..self.plugins.len())
             .filter(|&i| matches!(self.plugins[i].kind, PluginKind::SessionIdProducer(_)))
             .map(|i| (plugins::session::SessionIdProducer::key(&self.plugins[i].name).to_string(), i))
@@ -1102,9 +1103,9 @@ impl Loader {
         for plugin in &mut self.plugins {
             match &mut plugin.kind {
                 PluginKind::PrefixBasedPdDecider(d) => d.producer = prefix_producer,
-                PluginKind::SessionAffinity(s) => s.resolve_sources(|key| {
-                    session_producers.iter().find(|(k, _)| k == key).map(|&(_, i)| i)
-                }),
+                PluginKind::SessionAffinity(s) => {
+                    s.resolve_sources(|key| session_producers.iter().find(|(k, _)| k == key).map(|&(_, i)| i))
+                }
                 _ => {}
             }
         }

@@ -274,7 +274,9 @@ impl Router {
                     self.result.profiles.push((p, prefill_targets));
                 }
                 if let Some(e) = encode {
-                    self.result.profiles.push((e, runs[e].clone().flatten().expect("the encode profile ran")));
+                    self.result
+                        .profiles
+                        .push((e, runs[e].clone().flatten().expect("the encode profile ran")));
                 }
                 self.sidecar_headers(prefill, encode);
                 self.pre_request(request, endpoint, now_us);
@@ -289,7 +291,8 @@ impl Router {
     /// The disagg handler's pre-request hook: `x-prefiller-host-port` from the prefill result's
     /// first target, `x-encoder-hosts-ports` from every encode target.
     fn sidecar_headers(&mut self, prefill: Option<usize>, encode: Option<usize>) {
-        let host_port = |e: EndpointIndex| format!("{}:{}", self.endpoints[e as usize].name, disagg::MODEL_SERVER_PORT);
+        let host_port =
+            |e: EndpointIndex| format!("{}:{}", self.endpoints[e as usize].name, disagg::MODEL_SERVER_PORT);
         let of = |profile: usize| self.result.profiles.iter().find(|(p, _)| *p == profile).map(|(_, t)| t);
         if let Some(first) = prefill.and_then(of).and_then(|t| t.first()) {
             let value = host_port(*first);
@@ -494,7 +497,9 @@ impl Router {
             .result
             .profiles
             .iter()
-            .find(|(p, t)| *p != self.result.primary && self.config.profiles[*p].name == "prefill" && !t.is_empty())
+            .find(|(p, t)| {
+                *p != self.result.primary && self.config.profiles[*p].name == "prefill" && !t.is_empty()
+            })
             .map(|(_, t)| t[0]);
         let primary_and_prefill = [Some(endpoint), prefill];
         let capacity = |e: EndpointIndex| {
@@ -532,7 +537,10 @@ impl Router {
                         Some(endpoint)
                     } else {
                         let profiles = &self.config.profiles;
-                        firsts.iter().find(|&&(p, _)| profiles[p].name == session.profile_name).map(|&(_, e)| e)
+                        firsts
+                            .iter()
+                            .find(|&&(p, _)| profiles[p].name == session.profile_name)
+                            .map(|&(_, e)| e)
                     };
                     let pod = picked.map(|e| &self.endpoints[e as usize].name);
                     session.pre_request(request, &self.attributes, now_us, pod);

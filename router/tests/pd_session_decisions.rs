@@ -15,7 +15,10 @@ const ALLOW: LoadOptions = LoadOptions { allow_experimental_plugins: true };
 
 /// decode-0 (role decode) and prefill-0 (role prefill).
 fn pd_pods() -> Vec<blis_router::Endpoint> {
-    vec![endpoint("decode-0", &[("llm-d.ai/role", "decode")]), endpoint("prefill-0", &[("llm-d.ai/role", "prefill")])]
+    vec![
+        endpoint("decode-0", &[("llm-d.ai/role", "decode")]),
+        endpoint("prefill-0", &[("llm-d.ai/role", "prefill")]),
+    ]
 }
 
 fn pd_config(handler: Value, decider: Value) -> RouterConfig {
@@ -35,7 +38,12 @@ fn pd_config(handler: Value, decider: Value) -> RouterConfig {
 }
 
 /// What a routed request got: its decode endpoint and the sidecar's prefill header, if any.
-fn pd_route(router: &mut Router, key: u64, prompt: &[u32], candidates: &[u32]) -> Result<(u32, Option<String>), String> {
+fn pd_route(
+    router: &mut Router,
+    key: u64,
+    prompt: &[u32],
+    candidates: &[u32],
+) -> Result<(u32, Option<String>), String> {
     match router.route(&request(key, prompt), candidates, 0, &mut rng(1)) {
         Decision::Routed { endpoint, .. } => {
             let header = router.result().headers.iter().find(|(h, _)| *h == "x-prefiller-host-port");
@@ -60,14 +68,20 @@ fn the_deciders_threshold_just_below_at_and_above() {
     let turn1: Vec<u32> = (0..128).collect();
     let turn2: Vec<u32> = (0..256).collect();
     let pd = Some("prefill-0:8000".to_owned());
-    for (n, first, second) in [(127, pd.clone(), pd.clone()), (128, pd.clone(), pd.clone()), (129, None, None)] {
+    for (n, first, second) in
+        [(127, pd.clone(), pd.clone()), (128, pd.clone(), pd.clone()), (129, None, None)]
+    {
         let config = pd_config(json!({"deciders": {"prefill": "pd"}}), json!({"nonCachedTokens": n}));
         let mut router = Router::new(config, pd_pods());
         assert_eq!(pd_route(&mut router, 1, &turn1, &[0, 1]), Ok((0, first)), "N={n}, turn 1");
         assert_eq!(pd_route(&mut router, 2, &turn2, &[0, 1]), Ok((0, second)), "N={n}, turn 2");
         let result = router.result();
         assert_eq!(result.prefill.is_some(), n < 129);
-        assert_eq!(result.profiles.len(), if n < 129 { 2 } else { 1 }, "the prefill profile is in the result only when it ran");
+        assert_eq!(
+            result.profiles.len(),
+            if n < 129 { 2 } else { 1 },
+            "the prefill profile is in the result only when it ran"
+        );
     }
 }
 
@@ -76,8 +90,13 @@ fn the_deciders_threshold_just_below_at_and_above() {
 #[test]
 fn the_prompt_tokens_gate() {
     let prompt: Vec<u32> = (0..256).collect();
-    for (p, want) in [(255, Some("prefill-0:8000".to_owned())), (256, Some("prefill-0:8000".to_owned())), (257, None)] {
-        let config = pd_config(json!({"deciders": {"prefill": "pd"}}), json!({"nonCachedTokens": 1, "promptTokens": p}));
+    for (p, want) in
+        [(255, Some("prefill-0:8000".to_owned())), (256, Some("prefill-0:8000".to_owned())), (257, None)]
+    {
+        let config = pd_config(
+            json!({"deciders": {"prefill": "pd"}}),
+            json!({"nonCachedTokens": 1, "promptTokens": p}),
+        );
         let mut router = Router::new(config, pd_pods());
         assert_eq!(pd_route(&mut router, 1, &prompt, &[0, 1]), Ok((0, want)), "promptTokens {p}");
     }
@@ -91,16 +110,23 @@ fn the_prompt_tokens_gate() {
 fn the_prefill_first_stage_order() {
     let prompt: Vec<u32> = (0..64).collect();
     let off = json!({"nonCachedTokens": 0});
-    let decode_first = || Router::new(pd_config(json!({"deciders": {"prefill": "pd"}}), off.clone()), pd_pods());
-    let prefill_first = || Router::new(pd_config(json!({"stageOrder": "prefill-first"}), off.clone()), pd_pods());
-    let no_decode = Err("429 failed to find target endpoint: failed to find available decode workers".to_owned());
+    let decode_first =
+        || Router::new(pd_config(json!({"deciders": {"prefill": "pd"}}), off.clone()), pd_pods());
+    let prefill_first =
+        || Router::new(pd_config(json!({"stageOrder": "prefill-first"}), off.clone()), pd_pods());
+    let no_decode =
+        Err("429 failed to find target endpoint: failed to find available decode workers".to_owned());
     assert_eq!(pd_route(&mut decode_first(), 1, &prompt, &[0, 1]), Ok((0, None)));
     assert_eq!(pd_route(&mut decode_first(), 1, &prompt, &[1]), no_decode);
     let mut router = prefill_first();
     assert_eq!(pd_route(&mut router, 1, &prompt, &[0, 1]), Ok((0, Some("prefill-0:8000".to_owned()))));
     let order: Vec<usize> = router.result().profiles.iter().map(|(p, _)| *p).collect();
     assert_eq!(order, [0, 1], "decode is primary, prefill beside it");
-    assert_eq!(pd_route(&mut prefill_first(), 1, &prompt, &[0]), Ok((0, None)), "prefill failed: decode only");
+    assert_eq!(
+        pd_route(&mut prefill_first(), 1, &prompt, &[0]),
+        Ok((0, None)),
+        "prefill failed: decode only"
+    );
     assert_eq!(pd_route(&mut prefill_first(), 1, &prompt, &[1]), no_decode);
 }
 
@@ -134,7 +160,9 @@ fn turn(
     headers.extend_from_slice(echo);
     let prompt: [u32; 0] = [];
     let req = RoutingRequest { headers: &headers, ..request(key, &prompt) };
-    let Decision::Routed { endpoint, .. } = router.route(&req, &[0, 1], now_us, &mut rng(key)) else { panic!() };
+    let Decision::Routed { endpoint, .. } = router.route(&req, &[0, 1], now_us, &mut rng(key)) else {
+        panic!()
+    };
     let mut written = Vec::new();
     router.response_header(key, &mut written);
     router.end(key);
@@ -153,7 +181,8 @@ fn turn(
 /// | 4 | 0, 2 | pod-b | b (the session moved) | base64("pod-b") |
 #[test]
 fn a_session_sticks_across_turns_and_moves_when_its_endpoint_is_filtered_out() {
-    let mut router = Router::new(session_config(json!({})), vec![endpoint("pod-a", &[]), endpoint("pod-b", &[])]);
+    let mut router =
+        Router::new(session_config(json!({})), vec![endpoint("pod-a", &[]), endpoint("pod-b", &[])]);
     let token = |pod: &str| vec![("x-session-token".to_owned(), encode_base64(pod.as_bytes()))];
     let (pick, written) = turn(&mut router, 1, 1_000, [0, 3], &[]);
     assert_eq!((pick, written.clone()), (0, token("pod-a")));
@@ -170,8 +199,10 @@ fn a_session_sticks_across_turns_and_moves_when_its_endpoint_is_filtered_out() {
 /// because this request's own choice found pod-a absent, and holds at turn 4.
 #[test]
 fn a_session_id_binding_migrates_when_its_endpoint_is_filtered_out() {
-    let mut router =
-        Router::new(session_config(json!({"strategy": "session_id"})), vec![endpoint("pod-a", &[]), endpoint("pod-b", &[])]);
+    let mut router = Router::new(
+        session_config(json!({"strategy": "session_id"})),
+        vec![endpoint("pod-a", &[]), endpoint("pod-b", &[])],
+    );
     let picks: Vec<u32> = [(1, [0, 3]), (2, [4, 0]), (3, [7, 0]), (4, [0, 2])]
         .into_iter()
         .map(|(key, queues)| {
@@ -204,7 +235,10 @@ fn bad_configs_are_refused_with_path_value_and_cause() {
     };
     // A threshold of the wrong type.
     let e = refusal_of(with_handler(json!({"nonCachedTokens": "512"}), json!({})), LoadOptions::default());
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins[0].parameters.nonCachedTokens", Some("\"512\"")));
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("plugins[0].parameters.nonCachedTokens", Some("\"512\""))
+    );
     assert_eq!(
         e.reason,
         "failed to create plugin 'pd' (type: prefix-based-pd-decider): failed to parse prefix-based-pd-decider plugin \
@@ -212,21 +246,34 @@ fn bad_configs_are_refused_with_path_value_and_cause() {
     );
     let e = refusal_of(with_handler(json!({"nonCachedTokens": -1}), json!({})), LoadOptions::default());
     assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins[0].parameters.nonCachedTokens", Some("-1")));
-    assert!(e.reason.ends_with("nonCachedTokens parameter of prefix disaggregation decider cannot be negative"), "{e}");
+    assert!(
+        e.reason.ends_with("nonCachedTokens parameter of prefix disaggregation decider cannot be negative"),
+        "{e}"
+    );
     let e = refusal_of(with_handler(json!({"promptTokens": 1.5}), json!({})), LoadOptions::default());
     assert_eq!(e.path, "plugins[0].parameters.promptTokens");
     // The handler's references, checked before any plugin is built (`buildPluginDAG`).
-    let e = refusal_of(with_handler(json!({}), json!({"deciders": {"prefill": "nope"}})), LoadOptions::default());
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins[2].parameters.deciders.prefill", Some("\"nope\"")));
+    let e =
+        refusal_of(with_handler(json!({}), json!({"deciders": {"prefill": "nope"}})), LoadOptions::default());
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("plugins[2].parameters.deciders.prefill", Some("\"nope\""))
+    );
     assert_eq!(e.reason, "a plugin has a dependency on the unregistered plugin nope");
-    let e = refusal_of(with_handler(json!({}), json!({"deciders": {"prefill": "queue-scorer"}})), LoadOptions::default());
+    let e = refusal_of(
+        with_handler(json!({}), json!({"deciders": {"prefill": "queue-scorer"}})),
+        LoadOptions::default(),
+    );
     assert_eq!(e.path, "plugins[2].parameters.deciders.prefill");
     assert_eq!(
         e.reason,
         "failed to create plugin 'h' (type: disagg-profile-handler): plugin queue-scorer does not implement \
          prefillDeciderPlugin"
     );
-    let e = refusal_of(with_handler(json!({}), json!({"profiles": {"decode": "d"}, "prefillProfile": "p"})), LoadOptions::default());
+    let e = refusal_of(
+        with_handler(json!({}), json!({"profiles": {"decode": "d"}, "prefillProfile": "p"})),
+        LoadOptions::default(),
+    );
     assert_eq!(e.path, "plugins[2].parameters.prefillProfile");
     assert_eq!(
         e.reason,
@@ -235,16 +282,31 @@ fn bad_configs_are_refused_with_path_value_and_cause() {
          \"prefillProfile\"; legacy schema error: json: unknown field \"profiles\" (use one format exclusively: either \
          nested profiles/deciders or the deprecated flat fields)"
     );
-    let e = refusal_of(with_handler(json!({}), json!({"stageOrder": "prefill-first", "deciders": {"prefill": "pd"}})), LoadOptions::default());
+    let e = refusal_of(
+        with_handler(json!({}), json!({"stageOrder": "prefill-first", "deciders": {"prefill": "pd"}})),
+        LoadOptions::default(),
+    );
     assert_eq!(e.path, "plugins[2].parameters.deciders.prefill");
     assert!(e.reason.ends_with("prefill decider is not supported in prefill-first stage order"), "{e}");
     let e = refusal_of(with_handler(json!({}), json!({"stageOrder": "sideways"})), LoadOptions::default());
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins[2].parameters.stageOrder", Some("\"sideways\"")));
-    assert!(e.reason.ends_with("invalid stage order \"sideways\", must be \"decode-first\" or \"prefill-first\""), "{e}");
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("plugins[2].parameters.stageOrder", Some("\"sideways\""))
+    );
+    assert!(
+        e.reason.ends_with("invalid stage order \"sideways\", must be \"decode-first\" or \"prefill-first\""),
+        "{e}"
+    );
     // Session affinity is Alpha.
-    let session = doc(json!([{"type": "session-affinity-scorer"}]), json!([{"name": "default", "plugins": [{"pluginRef": "session-affinity-scorer"}]}]));
+    let session = doc(
+        json!([{"type": "session-affinity-scorer"}]),
+        json!([{"name": "default", "plugins": [{"pluginRef": "session-affinity-scorer"}]}]),
+    );
     let e = refusal_of(session.clone(), LoadOptions::default());
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins[0].type", Some("\"session-affinity-scorer\"")));
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("plugins[0].type", Some("\"session-affinity-scorer\""))
+    );
     assert_eq!(
         e.reason,
         "plugin 'session-affinity-scorer' (type: 'session-affinity-scorer') has Alpha stability level, but command line \
@@ -252,25 +314,57 @@ fn bad_configs_are_refused_with_path_value_and_cause() {
     );
     assert!(blis_router::load(Some(&session), ALLOW).is_ok());
     let filter = |params: Value| {
-        doc(json!([{"type": "session-affinity-filter", "parameters": params}]), json!([{"name": "default", "plugins": [{"pluginRef": "session-affinity-filter"}]}]))
+        doc(
+            json!([{"type": "session-affinity-filter", "parameters": params}]),
+            json!([{"name": "default", "plugins": [{"pluginRef": "session-affinity-filter"}]}]),
+        )
     };
-    let e = refusal_of(filter(json!({"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": -1}})), ALLOW);
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins[0].parameters.sessionIdConfig.evictionTtlSeconds", Some("-1")));
+    let e = refusal_of(
+        filter(json!({"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": -1}})),
+        ALLOW,
+    );
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("plugins[0].parameters.sessionIdConfig.evictionTtlSeconds", Some("-1"))
+    );
     assert_eq!(
         e.reason,
         "failed to create plugin 'session-affinity-filter' (type: session-affinity-filter): invalid parameters of the \
          'session-affinity-filter' filter - evictionTtlSeconds must be > 0, got -1"
     );
-    let e = refusal_of(filter(json!({"strategy": "session_id", "sessionIdConfig": {"evictionSweepSeconds": 1e12}})), ALLOW);
+    let e = refusal_of(
+        filter(json!({"strategy": "session_id", "sessionIdConfig": {"evictionSweepSeconds": 1e12}})),
+        ALLOW,
+    );
     assert_eq!(e.path, "plugins[0].parameters.sessionIdConfig.evictionSweepSeconds");
     assert!(e.reason.contains("at most 315360000"), "{e}");
-    let e = refusal_of(filter(json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "h", "attribute": "a"}]}})), ALLOW);
+    let e = refusal_of(
+        filter(
+            json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "h", "attribute": "a"}]}}),
+        ),
+        ALLOW,
+    );
     assert_eq!(e.path, "plugins[0].parameters.sessionIdConfig.sources[0]");
     assert!(e.reason.ends_with("sources[0]: exactly one of header or attribute must be set"), "{e}");
     let e = refusal_of(filter(json!({"encodedEndpointHeaderConfig": {"header": 5}})), ALLOW);
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("plugins[0].parameters.encodedEndpointHeaderConfig.header", Some("5")));
-    assert!(e.reason.contains("failed to parse the parameters of the 'session-affinity-filter' filter - json: invalid type"), "{e}");
-    let e = refusal_of(doc(json!([{"type": "session-id-producer"}, {"type": "queue-scorer"}]), profiles), LoadOptions::default());
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("plugins[0].parameters.encodedEndpointHeaderConfig.header", Some("5"))
+    );
+    assert!(
+        e.reason.contains(
+            "failed to parse the parameters of the 'session-affinity-filter' filter - json: invalid type"
+        ),
+        "{e}"
+    );
+    let e = refusal_of(
+        doc(json!([{"type": "session-id-producer"}, {"type": "queue-scorer"}]), profiles),
+        LoadOptions::default(),
+    );
     assert_eq!(e.path, "plugins[0].parameters");
-    assert!(e.reason.ends_with("'session-id-producer' requires exactly one of headerName or cookieName to be set"), "{e}");
+    assert!(
+        e.reason
+            .ends_with("'session-id-producer' requires exactly one of headerName or cookieName to be set"),
+        "{e}"
+    );
 }

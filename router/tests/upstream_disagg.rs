@@ -36,7 +36,14 @@ fn ran(targets: &[u32]) -> ProfileRun {
 /// The profile `stages` picks next given `runs`, with the prefix decider `d` seeing `input`
 /// prompt tokens and `cached` tokens at the decode winner (and the encode decider always yes
 /// when `encode_yes`).
-fn pick(stages: Stages, runs: &mut [ProfileRun], d: &PrefixDecider, input: u64, cached: u64, encode_yes: bool) -> Option<usize> {
+fn pick(
+    stages: Stages,
+    runs: &mut [ProfileRun],
+    d: &PrefixDecider,
+    input: u64,
+    cached: u64,
+    encode_yes: bool,
+) -> Option<usize> {
     stages.pick(runs, &mut |stage, _, winner| match stage {
         Stage::Prefill => d.disaggregate(input, winner, Some(info(cached, input))),
         Stage::Encode => encode_yes,
@@ -140,7 +147,9 @@ fn handler_pick_pd() {
 fn handler_pick_pd_series() {
     let d = decider(2, 0);
     let stages = pd(StageOrder::DecodeFirst);
-    for (input, cached, want) in [(6, 0, Some(PREFILL)), (6, 6, None), (6, 0, Some(PREFILL)), (15, 6, Some(PREFILL))] {
+    for (input, cached, want) in
+        [(6, 0, Some(PREFILL)), (6, 6, None), (6, 0, Some(PREFILL)), (15, 6, Some(PREFILL))]
+    {
         let mut runs = vec![ran(&[0]), None];
         assert_eq!(pick(stages, &mut runs, &d, input, cached, false), want);
     }
@@ -157,7 +166,11 @@ fn handler_process_results() {
     assert_eq!(epd.process_results(&[ran(&[0]), None, None]), Ok([Some(DECODE), None, None]));
     assert_eq!(epd.process_results(&[ran(&[0]), ran(&[1]), None]), Ok([Some(DECODE), Some(PREFILL), None]));
     assert_eq!(epd.process_results(&[ran(&[0]), None, ran(&[2])]), Ok([Some(DECODE), None, Some(ENCODE)]));
-    assert_eq!(epd.process_results(&[ran(&[0]), Some(None), Some(None)]), Ok([Some(DECODE), None, None]), "nil omitted");
+    assert_eq!(
+        epd.process_results(&[ran(&[0]), Some(None), Some(None)]),
+        Ok([Some(DECODE), None, None]),
+        "nil omitted"
+    );
     assert_eq!(
         epd.process_results(&[ran(&[0]), None, ran(&[])]),
         Ok([Some(DECODE), None, Some(ENCODE)]),
@@ -186,16 +199,28 @@ fn handler_pick_nil_deciders() {
     assert_eq!(pick(full([None, None]), &mut runs, &d, 8, 0, true), None);
     assert_eq!(runs, vec![ran(&[0]), Some(None), Some(None)], "both skipped stages recorded nil");
     let mut runs = vec![ran(&[0]), None, None];
-    assert_eq!(pick(full([None, Some(1)]), &mut runs, &d, 8, 0, true), Some(ENCODE), "encode decider, multimodal");
+    assert_eq!(
+        pick(full([None, Some(1)]), &mut runs, &d, 8, 0, true),
+        Some(ENCODE),
+        "encode decider, multimodal"
+    );
     let mut runs = vec![ran(&[0]), None, ran(&[2])];
     assert_eq!(pick(full([None, Some(1)]), &mut runs, &d, 8, 0, true), None, "encode done, no pd decider");
     let mut runs = vec![ran(&[0]), None, None];
     assert_eq!(pick(full([Some(0), None]), &mut runs, &d, 8, 0, false), Some(PREFILL), "text-only → prefill");
     let mut runs = vec![ran(&[0]), None, None];
-    assert_eq!(pick(full([Some(0), Some(1)]), &mut runs, &d, 8, 0, false), Some(PREFILL), "skip encode, run prefill");
+    assert_eq!(
+        pick(full([Some(0), Some(1)]), &mut runs, &d, 8, 0, false),
+        Some(PREFILL),
+        "skip encode, run prefill"
+    );
     assert_eq!(runs[ENCODE], Some(None));
     let mut runs = vec![ran(&[0]), None, Some(None)];
-    assert_eq!(pick(full([Some(0), Some(1)]), &mut runs, &d, 8, 0, true), Some(PREFILL), "encode failed → prefill");
+    assert_eq!(
+        pick(full([Some(0), Some(1)]), &mut runs, &d, 8, 0, true),
+        Some(PREFILL),
+        "encode failed → prefill"
+    );
 }
 
 /// upstream: disagg_profile_handler_test.go::TestHandler_Pick_PrefillFirst_PD (6 cases) and
@@ -259,10 +284,16 @@ fn handler_factory() {
     let cases: Vec<(Value, bool)> = vec![
         (json!({}), true),
         (json!({"deciders": {"prefill": a}}), true),
-        (json!({"profiles": {"decode": "my-decode", "prefill": "my-prefill"}, "deciders": {"prefill": p}}), true),
+        (
+            json!({"profiles": {"decode": "my-decode", "prefill": "my-prefill"}, "deciders": {"prefill": p}}),
+            true,
+        ),
         (json!({"profiles": {"encode": "encode"}}), true),
         (json!({"profiles": {"encode": "encode"}, "deciders": {"encode": a}}), true),
-        (json!({"profiles": {"prefill": "prefill", "encode": "encode"}, "deciders": {"prefill": p, "encode": a}}), true),
+        (
+            json!({"profiles": {"prefill": "prefill", "encode": "encode"}, "deciders": {"prefill": p, "encode": a}}),
+            true,
+        ),
         (json!({"profiles": {"prefill": "prefill"}}), true),
         (json!({"profiles": {"prefill": "prefill"}, "deciders": {"prefill": "INVALID"}}), false),
         (json!({"deciders": {"encode": "INVALID"}}), false),
@@ -308,7 +339,10 @@ fn handler_factory() {
     };
     assert_eq!(order(json!({})), StageOrder::DecodeFirst, "the default");
     assert_eq!(order(json!({"stageOrder": "PrefillFirst"})), StageOrder::PrefillFirst);
-    assert_eq!(order(json!({"stageOrder": "prefill-first", "decodeProfile": "decode"})), StageOrder::PrefillFirst);
+    assert_eq!(
+        order(json!({"stageOrder": "prefill-first", "decodeProfile": "decode"})),
+        StageOrder::PrefillFirst
+    );
 }
 
 /// upstream: disagg_profile_handler_test.go::TestBothProfileAndHeadersHandlerPreRequest and
@@ -329,7 +363,10 @@ fn handler_pre_request_writes_the_prefill_header() {
         ],
     }))
     .unwrap();
-    let endpoints = vec![endpoint("decode-0", &[("llm-d.ai/role", "decode")]), endpoint("prefill-0", &[("llm-d.ai/role", "prefill")])];
+    let endpoints = vec![
+        endpoint("decode-0", &[("llm-d.ai/role", "decode")]),
+        endpoint("prefill-0", &[("llm-d.ai/role", "prefill")]),
+    ];
     let mut router = blis_router::Router::new(config, endpoints);
     let decision = router.route(&request(1, &[1, 2, 3]), &[0, 1], 0, &mut rng(1));
     assert_eq!(decision, blis_router::Decision::Routed { endpoint: 0, targets: smallvec![0], score: 0.0 });
@@ -370,12 +407,17 @@ fn pd_schedule() {
         e
     };
     // 0: endpoint1 (prefill), 1: endpoint2 (decode), 2: noRoleEndpoint1 (queue 2).
-    let endpoints = vec![pod("endpoint1", Some("prefill"), 0), pod("endpoint2", Some("decode"), 0), pod("noRoleEndpoint1", None, 2)];
+    let endpoints = vec![
+        pod("endpoint1", Some("prefill"), 0),
+        pod("endpoint2", Some("decode"), 0),
+        pod("noRoleEndpoint1", None, 2),
+    ];
     let long: Vec<u32> = (0..128).collect();
     let short = [7u32];
     // (candidates, prompt, first call, second call) as (decode, prefill) or a refusal status.
     type Outcome = Result<(u32, Option<u32>), u16>;
-    let cases: [(&[u32], &[u32], Outcome, Option<Outcome>); 7] = [
+    type Case<'a> = (&'a [u32], &'a [u32], Outcome, Option<Outcome>);
+    let cases: [Case; 7] = [
         (&[], &long, Err(503), None),
         (&[1], &long, Ok((1, None)), None),
         (&[0], &long, Err(429), None),

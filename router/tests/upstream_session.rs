@@ -35,7 +35,10 @@ fn pods(names: &[&str]) -> Vec<Endpoint> {
     names.iter().map(|n| endpoint(n, &[])).collect()
 }
 
-fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+/// Request headers as the router reads them.
+type Headers = Vec<(String, String)>;
+
+fn headers(pairs: &[(&str, &str)]) -> Headers {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
 
@@ -45,7 +48,12 @@ fn with_request<R>(headers: &[(String, String)], f: impl FnOnce(RoutingRequest) 
 }
 
 /// Run `f` over a view of `endpoints` for a request with `headers` at `now_us`.
-fn in_view<R>(endpoints: &[Endpoint], headers: &[(String, String)], now_us: u64, f: impl FnOnce(&View) -> R) -> R {
+fn in_view<R>(
+    endpoints: &[Endpoint],
+    headers: &[(String, String)],
+    now_us: u64,
+    f: impl FnOnce(&View) -> R,
+) -> R {
     let attributes = Attributes::default();
     with_request(headers, |req| {
         let view = View { now_us, endpoints, request: &req, attributes: &attributes, plugins: &[] };
@@ -61,7 +69,12 @@ fn scores_of(s: &SessionAffinity, endpoints: &[Endpoint], headers: &[(String, St
     })
 }
 
-fn filtered(s: &SessionAffinity, endpoints: &[Endpoint], input: &[u32], headers: &[(String, String)]) -> Vec<String> {
+fn filtered(
+    s: &SessionAffinity,
+    endpoints: &[Endpoint],
+    input: &[u32],
+    headers: &[(String, String)],
+) -> Vec<String> {
     in_view(endpoints, headers, 0, |view| {
         let mut out = Vec::new();
         s.filter(view, input, &mut out);
@@ -79,7 +92,13 @@ fn bind(s: &mut SessionAffinity, session: &str, pod: &str, now_us: u64) {
 
 /// One request of session `session`: the choice over `input`, then the pre-request hook with
 /// `picked`.
-fn choose_then_bind(s: &mut SessionAffinity, endpoints: &[Endpoint], input: &[u32], session: &str, picked: &str) {
+fn choose_then_bind(
+    s: &mut SessionAffinity,
+    endpoints: &[Endpoint],
+    input: &[u32],
+    session: &str,
+    picked: &str,
+) {
     s.begin_request();
     let h = headers(&[("x-session-token", session)]);
     filtered(s, endpoints, input, &h);
@@ -93,8 +112,11 @@ fn session_affinity_score() {
     let endpoints = pods(&["pod-a", "pod-b"]);
     let token_b = encode_base64(b"pod-b");
     let default = affinity("session-affinity-scorer", json!({}));
-    let custom = affinity("session-affinity-scorer", json!({"encodedEndpointHeaderConfig": {"header": "x-custom-session"}}));
-    let cases: [(&SessionAffinity, Vec<(String, String)>, [f64; 2]); 5] = [
+    let custom = affinity(
+        "session-affinity-scorer",
+        json!({"encodedEndpointHeaderConfig": {"header": "x-custom-session"}}),
+    );
+    let cases: [(&SessionAffinity, Headers, [f64; 2]); 5] = [
         (&default, headers(&[("x-session-token", &token_b)]), [0.0, 1.0]),
         (&custom, headers(&[("x-custom-session", &token_b)]), [0.0, 1.0]),
         (&custom, headers(&[("x-session-token", &token_b)]), [0.0, 0.0]),
@@ -119,7 +141,8 @@ fn session_affinity_response_header() {
         let default = affinity(type_name, json!({}));
         let want = ("x-session-token".to_owned(), "ZGVmYXVsdC9wb2Qx".to_owned());
         assert_eq!(default.response_header(Some("default/pod1")), Some(want));
-        let custom = affinity(type_name, json!({"encodedEndpointHeaderConfig": {"header": "x-custom-session"}}));
+        let custom =
+            affinity(type_name, json!({"encodedEndpointHeaderConfig": {"header": "x-custom-session"}}));
         assert_eq!(
             custom.response_header(Some("default/pod1")),
             Some(("x-custom-session".to_owned(), encode_base64(b"default/pod1")))
@@ -145,11 +168,21 @@ fn session_affinity_response_header_of_a_profile() {
         .unwrap()
     };
     for (profile, want) in [("default", Some(encode_base64(b"pod-b"))), ("prefill", None)] {
-        let mut router = blis_router::Router::new(config(profile), vec![loaded("pod-a", 3, 0, 0.0), loaded("pod-b", 0, 0, 0.0)]);
-        assert!(matches!(router.route(&request(7, &[]), &[0, 1], 0, &mut rng(1)), blis_router::Decision::Routed { endpoint: 1, .. }));
+        let mut router = blis_router::Router::new(
+            config(profile),
+            vec![loaded("pod-a", 3, 0, 0.0), loaded("pod-b", 0, 0, 0.0)],
+        );
+        assert!(matches!(
+            router.route(&request(7, &[]), &[0, 1], 0, &mut rng(1)),
+            blis_router::Decision::Routed { endpoint: 1, .. }
+        ));
         let mut out = Vec::new();
         router.response_header(7, &mut out);
-        assert_eq!(out, want.map(|t| ("x-session-token-prefill".to_owned(), t)).into_iter().collect::<Vec<_>>(), "{profile}");
+        assert_eq!(
+            out,
+            want.map(|t| ("x-session-token-prefill".to_owned(), t)).into_iter().collect::<Vec<_>>(),
+            "{profile}"
+        );
     }
 }
 
@@ -161,7 +194,10 @@ fn session_affinity_factory_validation() {
         (Value::Null, true),
         (json!({"strategy": "encoded_endpoint_header"}), true),
         (json!({"strategy": "session_id"}), true),
-        (json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"attribute": "agent-identity"}]}}), true),
+        (
+            json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"attribute": "agent-identity"}]}}),
+            true,
+        ),
         (
             json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "x-session-id"}, {"attribute": "agent-identity"}]}}),
             true,
@@ -169,7 +205,10 @@ fn session_affinity_factory_validation() {
         (json!({"strategy": "session_id", "sessionIdConfig": {"sources": []}}), true),
         (json!({"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": 0}}), true),
         (json!({"strategy": "bogus"}), false),
-        (json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "h", "attribute": "a"}]}}), false),
+        (
+            json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "h", "attribute": "a"}]}}),
+            false,
+        ),
         (json!({"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": -1}}), false),
         (json!({"strategy": "session_id", "sessionIdConfig": {"evictionSweepSeconds": -1}}), false),
     ];
@@ -195,9 +234,12 @@ fn session_affinity_filter() {
     let token_b = encode_base64(b"pod-b");
     let missing = encode_base64(b"pod-missing");
     let default = affinity("session-affinity-filter", json!({}));
-    let custom = affinity("session-affinity-filter", json!({"encodedEndpointHeaderConfig": {"header": "x-custom-session"}}));
+    let custom = affinity(
+        "session-affinity-filter",
+        json!({"encodedEndpointHeaderConfig": {"header": "x-custom-session"}}),
+    );
     let both = ["pod-a", "pod-b"].map(String::from).to_vec();
-    let cases: [(&SessionAffinity, Vec<(String, String)>, Vec<String>); 6] = [
+    let cases: [(&SessionAffinity, Headers, Vec<String>); 6] = [
         (&default, headers(&[("x-session-token", &token_b)]), vec!["pod-b".to_owned()]),
         (&custom, headers(&[("x-custom-session", &token_b)]), vec!["pod-b".to_owned()]),
         (&custom, headers(&[("x-session-token", &token_b)]), both.clone()),
@@ -301,7 +343,10 @@ fn session_id_eviction_in_simulated_time() {
     bind_at(&mut s2, 50 * sec);
     assert!(s2.binding("s1", 70 * sec).is_some(), "the refreshed binding is spared");
     assert!(s2.binding("s1", 120 * sec - 1).is_some());
-    assert!(s2.binding("s1", 120 * sec).is_none(), "50 s + 60 s = 110 s; the sweep at 120 s finds it expired");
+    assert!(
+        s2.binding("s1", 120 * sec).is_none(),
+        "50 s + 60 s = 110 s; the sweep at 120 s finds it expired"
+    );
     // Unused for exactly the TTL is not expired (`now − lastSeen > ttl`): seen at 10 s, the sweep
     // at 70 s spares it and the one at 80 s drops it.
     let mut s3 = s.clone();
@@ -325,10 +370,10 @@ fn resolve_session_id_through_header_and_attribute_sources() {
     };
     let allow = blis_router::LoadOptions { allow_experimental_plugins: true };
     let sources = "[{header: x-session-id}, {attribute: SessionIDDataKey/session-id-producer}]";
-    let mut router = blis_router::Router::new(load_yaml(&yaml(sources), allow).unwrap(), vec![
-        loaded("pod-a", 0, 0, 0.0),
-        loaded("pod-b", 5, 0, 0.0),
-    ]);
+    let mut router = blis_router::Router::new(
+        load_yaml(&yaml(sources), allow).unwrap(),
+        vec![loaded("pod-a", 0, 0, 0.0), loaded("pod-b", 5, 0, 0.0)],
+    );
     // Bind "from-attr" (read through the producer's attribute) to pod-a, the emptier pod.
     let route = |router: &mut blis_router::Router, key, h: &[(String, String)]| {
         let prompt: [u32; 0] = [];
@@ -342,8 +387,16 @@ fn resolve_session_id_through_header_and_attribute_sources() {
     // pod-a fills up; the attribute-bound session still goes there, a header one does not.
     router.record_scrape(0, &scrape(9, 0, 0.0), 1);
     assert_eq!(route(&mut router, 2, &headers(&[("x-user", "from-attr")])), 0, "attribute source");
-    assert_eq!(route(&mut router, 3, &headers(&[("x-session-id", "from-header"), ("x-user", "from-attr")])), 1, "header wins");
-    assert_eq!(route(&mut router, 4, &headers(&[("x-session-id", "   "), ("x-user", "from-attr")])), 0, "whitespace is empty");
+    assert_eq!(
+        route(&mut router, 3, &headers(&[("x-session-id", "from-header"), ("x-user", "from-attr")])),
+        1,
+        "header wins"
+    );
+    assert_eq!(
+        route(&mut router, 4, &headers(&[("x-session-id", "   "), ("x-user", "from-attr")])),
+        0,
+        "whitespace is empty"
+    );
     let mut out = Vec::new();
     router.response_header(4, &mut out);
     assert!(out.is_empty(), "the session_id strategy writes no response header");
@@ -357,19 +410,45 @@ fn session_id_producer() {
         PluginKind::SessionIdProducer(p) => p,
         other => panic!("{other:?}"),
     };
-    assert_eq!(producer(json!({"headerName": "x-session-id"})), SessionIdProducer::Header("x-session-id".to_owned()));
-    assert_eq!(producer(json!({"cookieName": "llm-d-session"})), SessionIdProducer::Cookie("llm-d-session".to_owned()));
-    assert_eq!(producer(json!({"headerName": " X-Session-ID "})), SessionIdProducer::Header("x-session-id".to_owned()));
+    assert_eq!(
+        producer(json!({"headerName": "x-session-id"})),
+        SessionIdProducer::Header("x-session-id".to_owned())
+    );
+    assert_eq!(
+        producer(json!({"cookieName": "llm-d-session"})),
+        SessionIdProducer::Cookie("llm-d-session".to_owned())
+    );
+    assert_eq!(
+        producer(json!({"headerName": " X-Session-ID "})),
+        SessionIdProducer::Header("x-session-id".to_owned())
+    );
     let exactly_one = "'session-id-producer' requires exactly one of headerName or cookieName to be set";
     for params in [json!({}), json!({"headerName": "", "cookieName": ""}), Value::Null] {
-        assert_eq!(blis_router::plugins::build("session-id-producer", Some(&params)).unwrap().err().unwrap().reason, exactly_one);
+        assert_eq!(
+            blis_router::plugins::build("session-id-producer", Some(&params)).unwrap().err().unwrap().reason,
+            exactly_one
+        );
     }
-    assert!(refusal("session-id-producer", json!({"headerName": "x", "cookieName": "y"})).reason.ends_with("not both"));
+    assert!(
+        refusal("session-id-producer", json!({"headerName": "x", "cookieName": "y"}))
+            .reason
+            .ends_with("not both")
+    );
     let e = refusal("session-id-producer", json!({"headerName": "x", "other": "y"}));
-    assert!(e.reason.starts_with("failed to parse the parameters of the 'session-id-producer' producer: json: unknown field"), "{e}");
+    assert!(
+        e.reason.starts_with(
+            "failed to parse the parameters of the 'session-id-producer' producer: json: unknown field"
+        ),
+        "{e}"
+    );
     // Header mode.
     let header = producer(json!({"headerName": "x-session-id"}));
-    for (value, want) in [(Some("abc123"), Some("abc123")), (Some("  abc123  "), Some("abc123")), (None, None), (Some(""), None)] {
+    for (value, want) in [
+        (Some("abc123"), Some("abc123")),
+        (Some("  abc123  "), Some("abc123")),
+        (None, None),
+        (Some(""), None),
+    ] {
         assert_eq!(header.extract(|h| if h == "x-session-id" { value } else { None }), want);
     }
     // Cookie mode.

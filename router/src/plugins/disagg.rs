@@ -148,7 +148,8 @@ impl DisaggHandler {
                     ),
                 })?;
                 warnings.push(
-                    "Deprecated: using flat parameter format, migrate to nested profiles/deciders format".to_owned(),
+                    "Deprecated: using flat parameter format, migrate to nested profiles/deciders format"
+                        .to_owned(),
                 );
                 legacy.into_nested(&mut warnings)
             }
@@ -287,7 +288,12 @@ impl Legacy {
         if n.deciders.prefill.is_empty() {
             take(self.decider_plugin_name, "deciderPluginName", "deciders.prefill", &mut n.deciders.prefill);
         }
-        take(self.encode_decider_plugin_name, "encodeDeciderPluginName", "deciders.encode", &mut n.deciders.encode);
+        take(
+            self.encode_decider_plugin_name,
+            "encodeDeciderPluginName",
+            "deciders.encode",
+            &mut n.deciders.encode,
+        );
         n
     }
 }
@@ -318,7 +324,11 @@ impl PrefixDecider {
             e
         })?;
         let invalid = |path: &str, why: &str| {
-            ParamError::invalid(params, path, format!("failed to create prefix-based-pd-decider plugin: {why}"))
+            ParamError::invalid(
+                params,
+                path,
+                format!("failed to create prefix-based-pd-decider plugin: {why}"),
+            )
         };
         if p.non_cached_tokens < 0 {
             return Err(invalid(
@@ -332,8 +342,11 @@ impl PrefixDecider {
                 "promptTokens parameter of prefix disaggregation decider cannot be negative",
             ));
         }
-        let decider =
-            PrefixDecider { non_cached_tokens: p.non_cached_tokens, prompt_tokens: p.prompt_tokens, producer: None };
+        let decider = PrefixDecider {
+            non_cached_tokens: p.non_cached_tokens,
+            prompt_tokens: p.prompt_tokens,
+            producer: None,
+        };
         let mut built = Built::plain(PluginKind::PrefixBasedPdDecider(decider));
         if p.non_cached_tokens == 0 {
             built.warnings.push("Prefix-based PD disabled (NonCachedTokens=0)".to_owned());

@@ -170,16 +170,21 @@ impl SessionAffinity {
     pub(super) fn build(role: Role, params: Option<&Value>) -> Result<Built, ParamError> {
         let type_name = role.type_name();
         let p: Params = decode(params).map_err(|mut e| {
-            e.reason = format!("failed to parse the parameters of the '{type_name}' {} - {}", role.word(), e.reason);
+            e.reason =
+                format!("failed to parse the parameters of the '{type_name}' {} - {}", role.word(), e.reason);
             e
         })?;
         let invalid = |path: &str, why: String| {
-            ParamError::invalid(params, path, format!("invalid parameters of the '{type_name}' {} - {why}", role.word()))
+            ParamError::invalid(
+                params,
+                path,
+                format!("invalid parameters of the '{type_name}' {} - {why}", role.word()),
+            )
         };
         let strategy = match p.strategy.as_str() {
-            "encoded_endpoint_header" => {
-                Strategy::EncodedEndpointHeader { header: normalize_header(&p.encoded_endpoint_header_config.header) }
-            }
+            "encoded_endpoint_header" => Strategy::EncodedEndpointHeader {
+                header: normalize_header(&p.encoded_endpoint_header_config.header),
+            },
             "session_id" => {
                 let c = p.session_id_config;
                 let mut sources = Vec::new();
@@ -209,7 +214,9 @@ impl SessionAffinity {
                     if value > MAX_EVICTION_SECONDS {
                         return Err(invalid(
                             &path,
-                            format!("{field} must be at most {MAX_EVICTION_SECONDS} (ten years), got {value}"),
+                            format!(
+                                "{field} must be at most {MAX_EVICTION_SECONDS} (ten years), got {value}"
+                            ),
                         ));
                     }
                 }
@@ -326,7 +333,9 @@ impl SessionAffinity {
     /// first target (`None` writes nothing).
     pub fn response_header(&self, pod: Option<&str>) -> Option<(String, String)> {
         match &self.strategy {
-            Strategy::EncodedEndpointHeader { header } => Some((header.clone(), encode_base64(pod?.as_bytes()))),
+            Strategy::EncodedEndpointHeader { header } => {
+                Some((header.clone(), encode_base64(pod?.as_bytes())))
+            }
             Strategy::SessionId(_) => None,
         }
     }
@@ -390,7 +399,8 @@ struct ProducerParams {
 impl SessionIdProducer {
     pub(super) fn build(params: Option<&Value>) -> Result<Built, ParamError> {
         let p: ProducerParams = decode(params).map_err(|mut e| {
-            e.reason = format!("failed to parse the parameters of the '{PRODUCER_TYPE}' producer: {}", e.reason);
+            e.reason =
+                format!("failed to parse the parameters of the '{PRODUCER_TYPE}' producer: {}", e.reason);
             e
         })?;
         let header = p.header_name.trim().to_lowercase();
@@ -407,7 +417,9 @@ impl SessionIdProducer {
                 return Err(ParamError::invalid(
                     params,
                     "",
-                    format!("'{PRODUCER_TYPE}' requires exactly one of headerName or cookieName to be set, not both"),
+                    format!(
+                        "'{PRODUCER_TYPE}' requires exactly one of headerName or cookieName to be set, not both"
+                    ),
                 ));
             }
             (false, true) => SessionIdProducer::Header(header),
