@@ -15,9 +15,9 @@
 //! counters as the response passes back. Every random choice draws from the router's named
 //! substreams.
 
-use blis_kernel::Substream;
-
 use std::collections::BTreeMap;
+
+use blis_kernel::Substream;
 
 use crate::config::RouterConfig;
 use crate::endpoint::{Endpoint, EndpointIndex, Scrape};
