@@ -186,7 +186,9 @@ pub fn assemble(
     let engine_order: Vec<ActorId> = endpoints.iter().map(|(id, _, _)| *id).collect();
     let spec = &scenario.cluster.router;
     let (llmd, router_record) = if spec.is_llmd() {
-        let (wiring, record) = llmd_router(spec, &endpoints, streams, sources.len(), &options.base_dir)?;
+        let pool_labels: Vec<_> = scenario.cluster.pools.iter().map(|p| &p.labels).collect();
+        let (wiring, record) =
+            llmd_router(spec, &endpoints, &pool_labels, streams, sources.len(), &options.base_dir)?;
         (Some(wiring), record)
     } else {
         (None, serde_json::to_value(spec).expect("a router spec serialises"))
@@ -299,6 +301,7 @@ fn client_model<'a>(given: Option<&'a str>, path: &str, served: &[&'a str]) -> R
 fn llmd_router(
     spec: &RouterSpec,
     endpoints: &[(ActorId, String, &PlannedPool)],
+    pool_labels: &[&std::collections::BTreeMap<String, String>],
     streams: Streams,
     clients: usize,
     base_dir: &Path,
@@ -338,6 +341,7 @@ fn llmd_router(
         value: e.value.clone(),
         cause: e.reason.clone(),
     })?;
+    crate::pd_guard::refuse_prefill_routes(&config, pool_labels, &prefix)?;
     let base_us = spec.refresh_metrics_interval_us();
     let mut source_periods = Vec::new();
     let mut sources_record = Vec::new();

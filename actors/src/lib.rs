@@ -17,6 +17,7 @@ mod figures;
 mod ledger;
 mod message;
 mod metrics;
+mod pd_guard;
 mod replication;
 mod router_host;
 mod run;

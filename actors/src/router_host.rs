@@ -8,6 +8,11 @@
 //! metrics source's interval, on its own phase (drawn once per endpoint), by a message the engine
 //! answers with its Prometheus gauges, so every decision rests on figures as old as the last
 //! scrape that came back. Scraping stops once every client has said it is done.
+//!
+//! Sessions: every call carries the header `x-session-id` naming its workload request (a
+//! multi-turn conversation is one request, so all its turns share it), and echoes the session
+//! tokens the router wrote on the previous response of the same request, as a client keeping
+//! its session headers does. Headers are built only when a configured plugin reads them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -15,7 +20,11 @@ use std::sync::Arc;
 use blis_kernel::{Actor, ActorId, Context, Event, Outbox, SimDuration, SimTime, Streams, TimeAdvance};
 use blis_router::{Decision, EndpointIndex, RoundRobin, Router, RouterRng, RoutingRequest};
 
+use crate::client::REQUEST_KEY_MASK;
 use crate::message::{CallRejection, CallRequest, ClusterMessage};
+
+/// The header carrying a call's session id (its workload request).
+pub const SESSION_ID_HEADER: &str = "x-session-id";
 
 /// The router in front of the engines.
 pub struct RouterHost {
@@ -49,6 +58,33 @@ struct Llmd {
     scrapes: ScrapeSchedule,
     clients_left: usize,
     report_first_token: bool,
+    /// Whether a plugin reads request headers.
+    reads_headers: bool,
+    /// Per session (a call key's request bits), the session tokens written on its last
+    /// response, which its next call sends back.
+    echoed: BTreeMap<u64, Vec<(String, String)>>,
+    /// The headers of the call being routed, and the tokens a response hook writes (reused).
+    headers: Vec<(String, String)>,
+    written: Vec<(String, String)>,
+}
+
+impl Llmd {
+    /// The response's headers passed back for call `key`: keep the tokens the router writes for
+    /// the call's session.
+    fn response_header(&mut self, key: u64) {
+        self.written.clear();
+        self.router.response_header(key, &mut self.written);
+        if self.written.is_empty() {
+            return;
+        }
+        let echoed = self.echoed.entry(key & REQUEST_KEY_MASK).or_default();
+        for (name, value) in self.written.drain(..) {
+            match echoed.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = value,
+                None => echoed.push((name, value)),
+            }
+        }
+    }
 }
 
 /// When each endpoint is scraped next: base ticks at `phase + k·base` (k ≥ 1, the first one
@@ -144,6 +180,7 @@ impl RouterHost {
                     })
                     .collect();
                 let report_first_token = wiring.router.wants_first_chunk();
+                let reads_headers = wiring.router.reads_headers();
                 Policy::Llmd(Box::new(Llmd {
                     router: wiring.router,
                     rng: RouterRng {
@@ -153,6 +190,10 @@ impl RouterHost {
                     scrapes: ScrapeSchedule::new(wiring.refresh_interval_us, phases, wiring.source_periods),
                     clients_left: wiring.clients,
                     report_first_token,
+                    reads_headers,
+                    echoed: BTreeMap::new(),
+                    headers: Vec::new(),
+                    written: Vec::new(),
                 }))
             }
         };
@@ -192,6 +233,14 @@ impl RouterHost {
             (Policy::Llmd(llmd), m) => {
                 let candidates: &[EndpointIndex] = m.map_or(&[], |m| &self.models[m].1);
                 let output_tokens = call.request.output_token_ids.len() as u64;
+                llmd.headers.clear();
+                if llmd.reads_headers {
+                    let session = call.request.key & REQUEST_KEY_MASK;
+                    llmd.headers.push((SESSION_ID_HEADER.to_owned(), format!("{session:016x}")));
+                    if let Some(echoed) = llmd.echoed.get(&session) {
+                        llmd.headers.extend(echoed.iter().cloned());
+                    }
+                }
                 let request = RoutingRequest {
                     key: call.request.key,
                     model: &call.model,
@@ -199,6 +248,7 @@ impl RouterHost {
                     priority: -call.request.priority,
                     cache_salt: &[],
                     max_tokens: Some(output_tokens),
+                    headers: &llmd.headers,
                 };
                 call.report_first_token = llmd.report_first_token;
                 match llmd.router.route(&request, candidates, now.as_micros(), &mut llmd.rng) {
@@ -250,6 +300,13 @@ impl RouterHost {
             llmd.router.end(key);
         }
     }
+
+    /// An engine's answer (or its first token) for `key` passed back: the response-header hook.
+    fn response_header(&mut self, key: u64) {
+        if let Policy::Llmd(llmd) = &mut self.policy {
+            llmd.response_header(key);
+        }
+    }
 }
 
 impl Actor<ClusterMessage> for RouterHost {
@@ -284,11 +341,13 @@ impl Actor<ClusterMessage> for RouterHost {
                     }
                     answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
                         self.destinations.remove(&answer.key());
+                        self.response_header(answer.key());
                         self.settled(answer.key());
                         out.send(answer.client(), self.delay_to_client, answer);
                     }
                     ClusterMessage::FirstToken(first) => {
                         if let Policy::Llmd(llmd) = &mut self.policy {
+                            llmd.response_header(first.key);
                             llmd.router.first_chunk(first.key);
                         }
                     }

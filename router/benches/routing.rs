@@ -78,6 +78,7 @@ fn bench_routing(c: &mut Criterion) {
                         priority: 0,
                         cache_salt: &[],
                         max_tokens: Some(128),
+                        headers: &[],
                     };
                     black_box(router.route(&request, &candidates, now, &mut rng));
                     router.first_chunk(key);

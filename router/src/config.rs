@@ -430,7 +430,13 @@ fn parse_bool(text: &str) -> Option<bool> {
 }
 
 fn join(path: &str, name: &str) -> String {
-    if path.is_empty() || path == "." { name.to_owned() } else { format!("{path}.{name}") }
+    if path.is_empty() || path == "." {
+        name.to_owned()
+    } else if name.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
 }
 
 struct Loader {
@@ -445,6 +451,7 @@ struct Loader {
 impl Loader {
     fn run(mut self) -> Result<RouterConfig, ConfigError> {
         self.validate_plugins()?;
+        self.check_plugin_dependencies()?;
         for i in 0..self.raw.plugins.len() {
             let spec = self.raw.plugins[i].clone();
             let instance = self.instantiate(
@@ -490,6 +497,7 @@ impl Loader {
             }
         }
         let (profiles, handler) = self.build_profiles()?;
+        self.resolve_handler(handler, &profiles)?;
         let data_sources = self.build_data_layer()?;
         self.note_flow_control();
         let mut parsers = Vec::new();
@@ -817,13 +825,77 @@ impl Loader {
                 ));
             }
         };
-        if profiles.len() > 1 {
+        if profiles.len() > 1 && matches!(self.plugins[handler].kind, PluginKind::SingleProfileHandler) {
             return Err(ConfigError::at(
                 "schedulingProfiles",
                 "SingleProfileHandler cannot support multiple scheduling profiles",
             ));
         }
         Ok((profiles, handler))
+    }
+
+    /// `buildPluginDAG`: the plugin references in parameters (`disagg-profile-handler`'s
+    /// deciders) are parsed before any plugin is built, and must name configured plugins.
+    fn check_plugin_dependencies(&self) -> Result<(), ConfigError> {
+        for (i, spec) in self.raw.plugins.iter().enumerate() {
+            if spec.type_name != plugins::disagg::HANDLER_TYPE {
+                continue;
+            }
+            let (handler, _) =
+                plugins::disagg::DisaggHandler::parse(spec.parameters.as_ref()).map_err(|e| ConfigError {
+                    path: join(&format!("plugins[{i}].parameters"), &e.path),
+                    value: e.value,
+                    reason: format!(
+                        "failed to build plugin dependency graph: failed to parse plugin parameters for {} (type: \
+                         {}): {}",
+                        spec.name, spec.type_name, e.reason
+                    ),
+                })?;
+            for (stage, name) in ["prefill", "encode"].iter().zip(&handler.decider_names) {
+                if !name.is_empty() && !self.raw.plugins.iter().any(|p| p.name == *name) {
+                    return Err(ConfigError::value(
+                        format!("plugins[{i}].parameters.deciders.{stage}"),
+                        name,
+                        format!("a plugin has a dependency on the unregistered plugin {name}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Point a `disagg-profile-handler` at its profiles and deciders (its factory's
+    /// `handle.Plugin` lookups: a reference to a plugin that is not a decider is refused).
+    fn resolve_handler(&mut self, handler: usize, profiles: &[Profile]) -> Result<(), ConfigError> {
+        let PluginKind::DisaggProfileHandler(h) = &self.plugins[handler].kind else { return Ok(()) };
+        let mut resolved = (**h).clone();
+        resolved.resolve_profiles(profiles);
+        for (k, stage) in ["prefill", "encode"].iter().enumerate() {
+            let name = &resolved.decider_names[k];
+            if name.is_empty() {
+                continue;
+            }
+            let at = self.index(name).expect("dependencies were checked");
+            if !self.plugins[at].kind.is_decider() {
+                let path = if handler < self.raw.plugins.len() {
+                    format!("plugins[{handler}].parameters.deciders.{stage}")
+                } else {
+                    "plugins".to_owned()
+                };
+                let h = &self.plugins[handler];
+                return Err(ConfigError::value(
+                    path,
+                    name,
+                    format!(
+                        "failed to create plugin '{}' (type: {}): plugin {name} does not implement {stage}DeciderPlugin",
+                        h.name, h.type_name
+                    ),
+                ));
+            }
+            resolved.stages.deciders[k] = Some(at);
+        }
+        self.plugins[handler].kind = PluginKind::DisaggProfileHandler(Box::new(resolved));
+        Ok(())
     }
 
     fn build_data_layer(&mut self) -> Result<Vec<DataSource>, ConfigError> {
@@ -1017,8 +1089,26 @@ impl Loader {
         Ok(order)
     }
 
-    /// Point every consumer at the plugin producing the key it reads.
+    /// Point every consumer at the plugin producing the key it reads; the P/D decider reads the
+    /// default approximate prefix key, and session-affinity attribute sources the session-id
+    /// producer writing their key.
     fn resolve_consumers(&mut self) {
+        let default_prefix = DataKey::new(plugins::DataType::PrefixCacheMatchInfo, "");
+        let prefix_producer =
+            self.plugins.iter().position(|p| p.kind.produces(&p.name).contains(&default_prefix));
+        let session_producers: Vec<(String, usize)> = (0..self.plugins.len())
+            .filter(|&i| matches!(self.plugins[i].kind, PluginKind::SessionIdProducer(_)))
+            .map(|i| (plugins::session::SessionIdProducer::key(&self.plugins[i].name).to_string(), i))
+            .collect();
+        for plugin in &mut self.plugins {
+            match &mut plugin.kind {
+                PluginKind::PrefixBasedPdDecider(d) => d.producer = prefix_producer,
+                PluginKind::SessionAffinity(s) => {
+                    s.resolve_sources(|key| session_producers.iter().find(|(k, _)| k == key).map(|&(_, i)| i))
+                }
+                _ => {}
+            }
+        }
         let find = |plugins: &[PluginInstance], key: &DataKey| {
             plugins.iter().position(|p| p.kind.produces(&p.name).contains(key))
         };

@@ -7,13 +7,21 @@
 //! order → the profile handler → per profile: filters in order, each on the previous survivors
 //! (none left fails the profile) → scorers, each score clamped to 0..1, times its weight, summed
 //! → the picker → pre-request hooks (the prefix index learns the decision, in-flight counters
-//! rise, the no-hit LRU moves). Response hooks release the in-flight counters as the response
-//! passes back. Every random choice draws from the router's named substreams.
+//! rise, the no-hit LRU moves, session bindings are made, the P/D handler writes the decode
+//! sidecar's headers). With `disagg-profile-handler` the handler picks profile after profile
+//! (decode, then prefill when its decider says so, or prefill first) and the decode result is
+//! primary; [`Router::result`] holds every profile's targets and the sidecar's headers. Response
+//! hooks write session tokens when the response's headers pass back and release the in-flight
+//! counters as the response passes back. Every random choice draws from the router's named
+//! substreams.
+
+use std::collections::BTreeMap;
 
 use blis_kernel::Substream;
 
 use crate::config::RouterConfig;
 use crate::endpoint::{Endpoint, EndpointIndex, Scrape};
+use crate::plugins::disagg::{self, ProfileRun, Stage};
 use crate::plugins::{PluginKind, scorers};
 use crate::request::RoutingRequest;
 use crate::view::{Attributes, PluginInstance, View};
@@ -51,6 +59,28 @@ pub enum Decision {
     },
 }
 
+/// The scheduling result of the last routed request: each profile in the result with its
+/// targets (the primary first), the prefill target, and the headers the decode sidecar receives.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedulingResult {
+    /// The primary profile's index.
+    pub primary: usize,
+    /// (profile index, its targets) for every profile in the result, the primary first.
+    pub profiles: Vec<(usize, Targets)>,
+    /// The prefill profile's first target, when it ran and picked one.
+    pub prefill: Option<EndpointIndex>,
+    /// Headers the pre-request hooks set on the request for the decode sidecar, in order.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// What the response hooks need of a routed request: its primary target and each profile's
+/// first target.
+#[derive(Clone, Debug)]
+struct Routed {
+    primary: EndpointIndex,
+    firsts: smallvec::SmallVec<[(usize, EndpointIndex); 3]>,
+}
+
 /// llm-d's router as a state machine: its plugins, their state, and the endpoints' last scrape.
 #[derive(Clone, Debug)]
 pub struct Router {
@@ -58,6 +88,10 @@ pub struct Router {
     endpoints: Vec<Endpoint>,
     attributes: Attributes,
     scratch: Scratch,
+    result: SchedulingResult,
+    /// Requests whose response headers have not passed back yet (only while a plugin writes
+    /// response headers).
+    awaiting_headers: BTreeMap<u64, Routed>,
 }
 
 /// Buffers reused across cycles, so routing allocates nothing in the steady state.
@@ -71,6 +105,8 @@ struct Scratch {
     keys: Vec<f64>,
     cold: Vec<(usize, bool)>,
     infos: Vec<crate::plugins::prefix::PrefixMatchInfo>,
+    runs: Vec<ProfileRun>,
+    run_scores: Vec<f64>,
 }
 
 impl Router {
@@ -81,7 +117,36 @@ impl Router {
                 p.register_endpoints(endpoints.len());
             }
         }
-        Router { config, endpoints, attributes: Attributes::default(), scratch: Scratch::default() }
+        Router {
+            config,
+            endpoints,
+            attributes: Attributes::default(),
+            scratch: Scratch::default(),
+            result: SchedulingResult::default(),
+            awaiting_headers: BTreeMap::new(),
+        }
+    }
+
+    /// The scheduling result of the last request routed.
+    pub fn result(&self) -> &SchedulingResult {
+        &self.result
+    }
+
+    /// Whether any plugin reads request headers (session affinity, the session-id producer):
+    /// without one, callers may pass no headers.
+    pub fn reads_headers(&self) -> bool {
+        self.config
+            .plugins
+            .iter()
+            .any(|p| matches!(p.kind, PluginKind::SessionAffinity(_) | PluginKind::SessionIdProducer(_)))
+    }
+
+    /// Whether any plugin writes response headers (session affinity's encoded-endpoint strategy).
+    pub fn writes_response_headers(&self) -> bool {
+        self.config
+            .plugins
+            .iter()
+            .any(|p| matches!(&p.kind, PluginKind::SessionAffinity(s) if s.writes_response_header()))
     }
 
     /// The config it runs.
@@ -123,6 +188,26 @@ impl Router {
             return refused(503, "failed to find endpoint candidates for serving the request");
         }
         self.produce(request, candidates);
+        for plugin in &mut self.config.plugins {
+            if let PluginKind::SessionAffinity(s) = &mut plugin.kind {
+                s.begin_request();
+            }
+        }
+        let stages = match &self.config.plugins[self.config.handler].kind {
+            PluginKind::DisaggProfileHandler(h) => h.stages,
+            _ => return self.route_single(request, candidates, now_us, rng),
+        };
+        self.route_disagg(stages, request, candidates, now_us, rng)
+    }
+
+    /// The single-profile handler's cycle: its one profile, whose failure fails the request.
+    fn route_single(
+        &mut self,
+        request: &RoutingRequest,
+        candidates: &[EndpointIndex],
+        now_us: u64,
+        rng: &mut RouterRng,
+    ) -> Decision {
         let Some((endpoint, targets, score)) = self.run_profile(0, request, candidates, now_us, rng) else {
             let name = &self.config.profiles[0].name;
             return refused(
@@ -130,8 +215,116 @@ impl Router {
                 &format!("failed to find target endpoint: failed to run scheduler profile '{name}'"),
             );
         };
-        self.pre_request(request, endpoint);
+        self.result.primary = 0;
+        self.result.profiles.clear();
+        self.result.profiles.push((0, targets.clone()));
+        self.result.prefill = None;
+        self.result.headers.clear();
+        self.pre_request(request, endpoint, now_us);
         Decision::Routed { endpoint, targets, score }
+    }
+
+    /// `disagg-profile-handler`'s cycle (`scheduler.go::Schedule`): pick and run profiles until
+    /// the handler is done, then its `ProcessResults`.
+    fn route_disagg(
+        &mut self,
+        stages: disagg::Stages,
+        request: &RoutingRequest,
+        candidates: &[EndpointIndex],
+        now_us: u64,
+        rng: &mut RouterRng,
+    ) -> Decision {
+        let n = self.config.profiles.len();
+        let mut runs = std::mem::take(&mut self.scratch.runs);
+        let mut run_scores = std::mem::take(&mut self.scratch.run_scores);
+        runs.clear();
+        runs.resize(n, None);
+        run_scores.clear();
+        run_scores.resize(n, 0.0);
+        loop {
+            let next = {
+                let view = self.view(request, now_us);
+                let input = if self.attributes.tokenized { request.prompt_token_ids.len() as u64 } else { 0 };
+                stages.pick(&mut runs, &mut |_: Stage, decider, winner| decide(&view, decider, input, winner))
+            };
+            let Some(p) = next else { break };
+            let run = self.run_profile(p, request, candidates, now_us, rng);
+            run_scores[p] = run.as_ref().map_or(0.0, |r| r.2);
+            runs[p] = Some(run.map(|r| r.1));
+        }
+        let outcome = if runs.iter().all(Option::is_none) {
+            Err(format!("failed to run any scheduler profile for request {}", request.key))
+        } else {
+            stages.process_results(&runs).map_err(str::to_owned)
+        };
+        let decision = match outcome {
+            Err(why) => refused(429, &format!("failed to find target endpoint: {why}")),
+            Ok([decode, prefill, encode]) => {
+                let decode = decode.expect("the decode profile is in every result");
+                let targets = runs[decode].clone().flatten().expect("the decode profile ran");
+                let endpoint = targets[0];
+                self.result.primary = decode;
+                self.result.profiles.clear();
+                self.result.headers.clear();
+                self.result.profiles.push((decode, targets.clone()));
+                self.result.prefill = None;
+                if let Some(p) = prefill {
+                    let prefill_targets = runs[p].clone().flatten().expect("the prefill profile ran");
+                    self.result.prefill = prefill_targets.first().copied();
+                    self.result.profiles.push((p, prefill_targets));
+                }
+                if let Some(e) = encode {
+                    self.result
+                        .profiles
+                        .push((e, runs[e].clone().flatten().expect("the encode profile ran")));
+                }
+                self.sidecar_headers(prefill, encode);
+                self.pre_request(request, endpoint, now_us);
+                Decision::Routed { endpoint, targets, score: run_scores[decode] }
+            }
+        };
+        self.scratch.runs = runs;
+        self.scratch.run_scores = run_scores;
+        decision
+    }
+
+    /// The disagg handler's pre-request hook: `x-prefiller-host-port` from the prefill result's
+    /// first target, `x-encoder-hosts-ports` from every encode target.
+    fn sidecar_headers(&mut self, prefill: Option<usize>, encode: Option<usize>) {
+        let host_port =
+            |e: EndpointIndex| format!("{}:{}", self.endpoints[e as usize].name, disagg::MODEL_SERVER_PORT);
+        let of = |profile: usize| self.result.profiles.iter().find(|(p, _)| *p == profile).map(|(_, t)| t);
+        if let Some(first) = prefill.and_then(of).and_then(|t| t.first()) {
+            let value = host_port(*first);
+            self.result.headers.push((disagg::PREFILL_HEADER, value));
+        }
+        if let Some(targets) = encode.and_then(of).filter(|t| !t.is_empty()) {
+            let value = targets.iter().map(|&e| host_port(e)).collect::<Vec<_>>().join(",");
+            self.result.headers.push((disagg::ENCODE_HEADER, value));
+        }
+    }
+
+    /// The response's headers passed back through the router (`ResponseHeader`): the session
+    /// tokens the plugins write on the response, as (header, value), into `out`.
+    pub fn response_header(&mut self, key: u64, out: &mut Vec<(String, String)>) {
+        let Some(routed) = self.awaiting_headers.remove(&key) else { return };
+        for plugin in &self.config.plugins {
+            let PluginKind::SessionAffinity(s) = &plugin.kind else { continue };
+            let pod = if s.profile_name.is_empty() {
+                Some(routed.primary)
+            } else {
+                self.config
+                    .profiles
+                    .iter()
+                    .position(|p| p.name == s.profile_name)
+                    .and_then(|p| routed.firsts.iter().find(|(q, _)| *q == p))
+                    .map(|&(_, e)| e)
+            };
+            let name = pod.map(|e| &*self.endpoints[e as usize].name);
+            if let Some(header) = s.response_header(name) {
+                out.push(header);
+            }
+        }
     }
 
     /// The response's first chunk passed back through the router.
@@ -145,6 +338,7 @@ impl Router {
 
     /// The response ended (or the request was answered with an error, or given up).
     pub fn end(&mut self, key: u64) {
+        self.awaiting_headers.remove(&key);
         for plugin in &mut self.config.plugins {
             if let PluginKind::InFlightLoadProducer(p) = &mut plugin.kind {
                 p.end(key);
@@ -155,6 +349,7 @@ impl Router {
     /// Whether any plugin releases state on a response's first chunk.
     pub fn wants_first_chunk(&self) -> bool {
         self.config.plugins.iter().any(|p| matches!(p.kind, PluginKind::InFlightLoadProducer(_)))
+            || self.writes_response_headers()
     }
 
     fn view<'a>(&'a self, request: &'a RoutingRequest<'a>, now_us: u64) -> View<'a> {
@@ -201,6 +396,10 @@ impl Router {
                     for (&e, info) in candidates.iter().zip(infos.iter()) {
                         slots[e as usize] = Some(*info);
                     }
+                }
+                PluginKind::SessionIdProducer(producer) => {
+                    let id = producer.extract(|h| request.header(h));
+                    self.attributes.set_session_id(p, id);
                 }
                 PluginKind::InFlightLoadProducer(_) => {
                     let input =
@@ -289,34 +488,70 @@ impl Router {
         Some((endpoint, targets, total))
     }
 
-    /// Pre-request hooks of every plugin, for a request routed to `endpoint`.
-    fn pre_request(&mut self, request: &RoutingRequest, endpoint: EndpointIndex) {
-        let cache_num_blocks = self.endpoints[endpoint as usize].metrics.cache_num_blocks;
-        let name = self.endpoints[endpoint as usize].name.clone();
+    /// Pre-request hooks of every plugin, for a request routed to `endpoint` (the primary
+    /// target) with the profiles in [`Router::result`]. Like upstream's, the approximate index,
+    /// the no-hit LRU and the in-flight producer know the prefill profile by its default name
+    /// `prefill`, whatever the handler calls it.
+    fn pre_request(&mut self, request: &RoutingRequest, endpoint: EndpointIndex, now_us: u64) {
+        let prefill = self
+            .result
+            .profiles
+            .iter()
+            .find(|(p, t)| {
+                *p != self.result.primary && self.config.profiles[*p].name == "prefill" && !t.is_empty()
+            })
+            .map(|(_, t)| t[0]);
+        let primary_and_prefill = [Some(endpoint), prefill];
+        let capacity = |e: EndpointIndex| {
+            let blocks = self.endpoints[e as usize].metrics.cache_num_blocks;
+            (e, (blocks > 0).then_some(blocks))
+        };
+        let servers: smallvec::SmallVec<[(EndpointIndex, Option<u64>); 2]> =
+            primary_and_prefill.iter().flatten().map(|&e| capacity(e)).collect();
         let cold = std::mem::take(&mut self.scratch.cold);
+        let firsts: smallvec::SmallVec<[(usize, EndpointIndex); 3]> =
+            self.result.profiles.iter().filter(|(_, t)| !t.is_empty()).map(|(p, t)| (*p, t[0])).collect();
         for (i, plugin) in self.config.plugins.iter_mut().enumerate() {
             match &mut plugin.kind {
                 PluginKind::ApproxPrefixProducer(producer) => {
-                    let capacity = (cache_num_blocks > 0).then_some(cache_num_blocks);
                     let hashes = std::mem::take(&mut producer.hashes);
-                    producer.inner.pre_request(&hashes, &[(endpoint, capacity)]);
+                    producer.inner.pre_request(&hashes, &servers);
                     producer.hashes = hashes;
                 }
                 PluginKind::InFlightLoadProducer(producer) => {
-                    let tokens = self
-                        .attributes
-                        .uncached
+                    let slots = self.attributes.uncached.iter().find(|(p, _)| *p == i).map(|(_, s)| s);
+                    let tokens = |e: EndpointIndex| slots.and_then(|s| s[e as usize]).unwrap_or(0);
+                    let targets: smallvec::SmallVec<[(EndpointIndex, bool, u64); 3]> = firsts
                         .iter()
-                        .find(|(p, _)| *p == i)
-                        .and_then(|(_, s)| s[endpoint as usize])
-                        .unwrap_or(0);
-                    producer.add(request.key, &[(endpoint, false, tokens)]);
+                        .map(|&(p, e)| (e, self.config.profiles[p].name == "prefill", tokens(e)))
+                        .collect();
+                    producer.add(request.key, &targets);
                 }
-                PluginKind::NoHitLruScorer(lru) if cold.iter().any(|&(s, c)| s == i && c) => lru.touch(&name),
+                PluginKind::NoHitLruScorer(lru) if cold.iter().any(|&(s, c)| s == i && c) => {
+                    for &e in primary_and_prefill.iter().flatten() {
+                        lru.touch(&self.endpoints[e as usize].name);
+                    }
+                }
+                PluginKind::SessionAffinity(session) => {
+                    let picked = if session.profile_name.is_empty() {
+                        Some(endpoint)
+                    } else {
+                        let profiles = &self.config.profiles;
+                        firsts
+                            .iter()
+                            .find(|&&(p, _)| profiles[p].name == session.profile_name)
+                            .map(|&(_, e)| e)
+                    };
+                    let pod = picked.map(|e| &self.endpoints[e as usize].name);
+                    session.pre_request(request, &self.attributes, now_us, pod);
+                }
                 _ => {}
             }
         }
         self.scratch.cold = cold;
+        if self.writes_response_headers() {
+            self.awaiting_headers.insert(request.key, Routed { primary: endpoint, firsts });
+        }
     }
 }
 
@@ -327,6 +562,18 @@ fn refused(status: u16, reason: &str) -> Decision {
 /// `enforceScoreRange`: below 0 → 0, above 1 → 1; NaN passes through as upstream's does.
 pub fn clamp_unit(score: f64) -> f64 {
     score.clamp(0.0, 1.0)
+}
+
+/// Ask decider plugin `decider` whether to disaggregate, for a prompt of `input` tokens and the
+/// decode winner `winner`.
+fn decide(view: &View, decider: usize, input: u64, winner: Option<EndpointIndex>) -> bool {
+    match &view.plugins[decider].kind {
+        PluginKind::PrefixBasedPdDecider(d) => {
+            d.disaggregate(input, winner, winner.and_then(|e| view.prefix_info(d.producer, e)))
+        }
+        PluginKind::AlwaysDisaggPdDecider => true,
+        _ => unreachable!("the loader checked the deciders"),
+    }
 }
 
 fn saturation(view: &View, detector: usize, candidates: &[EndpointIndex]) -> f64 {
@@ -355,6 +602,7 @@ fn filter(
         PluginKind::PrefixCacheAffinityFilter(f) => f.filter(view, input, exploration, out),
         PluginKind::UtilizationDetector(d) => d.filter(view, input, out),
         PluginKind::ConcurrencyDetector(d) => d.filter(view, input, out),
+        PluginKind::SessionAffinity(s) => s.filter(view, input, out),
         _ => unreachable!("only filters are in a profile's filter slot"),
     }
 }
@@ -372,6 +620,7 @@ fn score(view: &View, kind: &PluginKind, candidates: &[EndpointIndex], out: &mut
         }
         PluginKind::TokenLoadScorer(s) => s.score(view, candidates, out),
         PluginKind::ActiveRequestScorer(s) => s.score(view, candidates, out),
+        PluginKind::SessionAffinity(s) => s.score(view, candidates, out),
         _ => unreachable!("only scorers are in a profile's scorer slot"),
     }
 }

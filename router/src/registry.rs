@@ -41,11 +41,10 @@ use Support::{Modelled, NotModelled};
 
 const LORA: &str = "LoRA adapters are not simulated";
 const FLOW: &str = "flow control and admission plugins come with the flow-control port";
-const PD: &str = "prefill/decode disaggregation comes with the P/D port";
+const PD: &str = "this P/D plugin is not ported (disagg-profile-handler and its deciders are)";
 const LATENCY: &str = "the latency predictor (a trained model) is not ported";
 const MULTICLUSTER: &str = "multi-cluster routing is not simulated";
 const KV_EVENTS: &str = "precise prefix caching from KV events comes with its own port";
-const SESSION: &str = "session affinity comes with its own port";
 const DATA: &str = "endpoints and their attributes come from the scenario's pools";
 const MULTIMODAL: &str = "multimodal requests are not simulated";
 const PARSER: &str = "blis-actor's clients send OpenAI completions with token ids";
@@ -64,8 +63,8 @@ const fn deprecated(name: &'static str, support: Support) -> PluginType {
 pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("active-request-scorer", Beta, Modelled),
     ty("agent-identity", Alpha, NotModelled(FLOW)),
-    ty("always-disagg-multimodal-decider", Beta, NotModelled(PD)),
-    ty("always-disagg-pd-decider", Beta, NotModelled(PD)),
+    ty("always-disagg-multimodal-decider", Beta, NotModelled(MULTIMODAL)),
+    ty("always-disagg-pd-decider", Beta, Modelled),
     ty("anthropic-parser", Beta, Modelled),
     ty("approx-prefix-cache-producer", Beta, Modelled),
     ty("burst-prefix-cache-producer", Alpha, NotModelled("the burst prefix producer is not ported")),
@@ -85,7 +84,7 @@ pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("decode-filter", Beta, Modelled),
     ty("destination-endpoint-served-verifier", Beta, NotModelled(TEST)),
     deprecated("disagg-headers-handler", NotModelled(PD)),
-    ty("disagg-profile-handler", Beta, NotModelled(PD)),
+    ty("disagg-profile-handler", Beta, Modelled),
     ty("disaggregatedset-rollout-pod-extractor", Alpha, NotModelled(DATA)),
     ty("disaggregatedset-rollout-screener", Alpha, NotModelled(PD)),
     ty("edf-ordering-policy", Beta, Modelled),
@@ -132,7 +131,7 @@ pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("predicted-latency-producer", Beta, NotModelled(LATENCY)),
     ty("prefill-filter", Beta, Modelled),
     deprecated("prefill-header-handler", NotModelled(PD)),
-    ty("prefix-based-pd-decider", Beta, NotModelled(PD)),
+    ty("prefix-based-pd-decider", Beta, Modelled),
     ty("prefix-cache-affinity-filter", Beta, Modelled),
     ty("prefix-cache-scorer", Beta, Modelled),
     ty("priority-holdback-policy", Alpha, NotModelled(FLOW)),
@@ -144,9 +143,9 @@ pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("request-attribute-reporter", Beta, NotModelled("request attributes are not reported")),
     ty("round-robin-fairness-policy", Beta, Modelled),
     ty("running-requests-size-scorer", Beta, Modelled),
-    ty("session-affinity-filter", Alpha, NotModelled(SESSION)),
-    ty("session-affinity-scorer", Alpha, NotModelled(SESSION)),
-    ty("session-id-producer", Beta, NotModelled(SESSION)),
+    ty("session-affinity-filter", Alpha, Modelled),
+    ty("session-affinity-scorer", Alpha, Modelled),
+    ty("session-id-producer", Beta, Modelled),
     ty("sheddable-eviction-filter", Alpha, NotModelled(FLOW)),
     ty("single-profile-handler", Beta, Modelled),
     ty("slo-deadline-ordering-policy", Beta, Modelled),

@@ -3,7 +3,9 @@
 //! blis-actor's clients send pre-tokenized completions (`prompt` as token ids), so upstream's
 //! token producer passes the ids straight through as the request's `TokenizedPrompt` (its
 //! estimate backend does so for token-id inputs, and the vLLM render backend returns the same
-//! ids); there is one prompt per request.
+//! ids); there is one prompt per request. Headers are those session affinity reads: the session
+//! id the client sends and the session tokens it echoes (`docs/ROUTING.md`, "Session affinity and
+//! P/D selection").
 
 /// What the router reads of one request.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,4 +22,14 @@ pub struct RoutingRequest<'a> {
     pub cache_salt: &'a [u8],
     /// The client's output cap (`max_tokens`), when it gives one.
     pub max_tokens: Option<u64>,
+    /// The request headers a plugin may read, names lower-cased (as upstream's ingestion
+    /// lower-cases them); empty unless the router reads headers ([`crate::Router::reads_headers`]).
+    pub headers: &'a [(String, String)],
+}
+
+impl<'a> RoutingRequest<'a> {
+    /// The value of header `name` (lower-case), if the request carries it.
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
 }

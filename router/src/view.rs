@@ -26,6 +26,8 @@ pub struct Attributes {
     pub prefix: Vec<(usize, Vec<Option<PrefixMatchInfo>>)>,
     /// Per in-flight producer (by plugin index): the request's uncached tokens per endpoint.
     pub uncached: Vec<(usize, Vec<Option<u64>>)>,
+    /// Per session-id producer (by plugin index): the session id it found, if any.
+    pub session_ids: Vec<(usize, Option<String>)>,
 }
 
 impl Attributes {
@@ -37,6 +39,34 @@ impl Attributes {
         }
         for (_, slots) in &mut self.uncached {
             slots.iter_mut().for_each(|s| *s = None);
+        }
+        for (_, id) in &mut self.session_ids {
+            *id = None;
+        }
+    }
+
+    /// The session id producer `producer` found for the request, if any.
+    pub fn session_id(&self, producer: usize) -> Option<&str> {
+        self.session_ids.iter().find(|(p, _)| *p == producer).and_then(|(_, id)| id.as_deref())
+    }
+
+    /// Record the session id producer `producer` found (`None`: none).
+    pub fn set_session_id(&mut self, producer: usize, id: Option<&str>) {
+        let at = match self.session_ids.iter().position(|(p, _)| *p == producer) {
+            Some(at) => at,
+            None => {
+                self.session_ids.push((producer, None));
+                self.session_ids.len() - 1
+            }
+        };
+        let slot = &mut self.session_ids[at].1;
+        match (slot.as_mut(), id) {
+            (Some(s), Some(id)) => {
+                s.clear();
+                s.push_str(id);
+            }
+            (None, Some(id)) => *slot = Some(id.to_owned()),
+            (_, None) => *slot = None,
         }
     }
 

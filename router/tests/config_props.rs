@@ -317,6 +317,7 @@ fn routes(
             priority,
             cache_salt: b"",
             max_tokens,
+            headers: &[],
         };
         let decision = router.route(&request, &candidates, 1_000 * key as u64, &mut r);
         match &decision {

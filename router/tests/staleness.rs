@@ -44,6 +44,7 @@ fn request(key: u64, priority: i64) -> RoutingRequest<'static> {
         priority,
         cache_salt: &[],
         max_tokens: Some(4),
+        headers: &[],
     }
 }
 

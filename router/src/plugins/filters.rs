@@ -84,7 +84,12 @@ impl ByLabel {
 
     /// Whether `endpoint` passes.
     pub fn keeps(&self, endpoint: &Endpoint) -> bool {
-        match endpoint.labels.get(&self.label) {
+        self.keeps_labels(&endpoint.labels)
+    }
+
+    /// Whether an endpoint with `labels` passes.
+    pub fn keeps_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        match labels.get(&self.label) {
             None => self.allows_no_label,
             Some(value) => self.valid_values.iter().any(|v| v == value),
         }

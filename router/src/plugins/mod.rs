@@ -7,12 +7,14 @@
 //! which case the parameters are reported inert).
 
 pub mod data_layer;
+pub mod disagg;
 pub mod filters;
 pub mod inflight;
 pub mod pickers;
 pub mod prefix;
 pub mod saturation;
 pub mod scorers;
+pub mod session;
 pub mod tokens;
 
 use serde_json::Value;
@@ -30,6 +32,8 @@ pub enum DataType {
     InFlightLoad,
     /// Per endpoint: the request's uncached prompt tokens there.
     UncachedRequestTokens,
+    /// The request's session identifier.
+    SessionId,
 }
 
 impl DataType {
@@ -40,6 +44,7 @@ impl DataType {
             DataType::PrefixCacheMatchInfo => "PrefixCacheMatchInfo",
             DataType::InFlightLoad => "InFlightLoad",
             DataType::UncachedRequestTokens => "UncachedRequestTokens",
+            DataType::SessionId => "SessionIDDataKey",
         }
     }
 
@@ -49,6 +54,7 @@ impl DataType {
             DataType::TokenizedPrompt => tokens::TYPE,
             DataType::PrefixCacheMatchInfo => prefix::PRODUCER_TYPE,
             DataType::InFlightLoad | DataType::UncachedRequestTokens => inflight::TYPE,
+            DataType::SessionId => session::PRODUCER_TYPE,
         }
     }
 }
@@ -109,8 +115,18 @@ pub enum PluginKind {
     ConcurrencyDetector(saturation::ConcurrencyDetector),
     /// `max-score-picker`, `random-picker`, `weighted-random-picker`.
     Picker(pickers::Picker),
+    /// `session-affinity-scorer`, `session-affinity-filter`.
+    SessionAffinity(Box<session::SessionAffinity>),
     /// `single-profile-handler`.
     SingleProfileHandler,
+    /// `disagg-profile-handler`.
+    DisaggProfileHandler(Box<disagg::DisaggHandler>),
+    /// `prefix-based-pd-decider`.
+    PrefixBasedPdDecider(disagg::PrefixDecider),
+    /// `always-disagg-pd-decider`.
+    AlwaysDisaggPdDecider,
+    /// `session-id-producer`.
+    SessionIdProducer(session::SessionIdProducer),
     /// `token-producer` (and its deprecated alias `tokenizer`).
     TokenProducer(tokens::TokenProducer),
     /// `approx-prefix-cache-producer`.
@@ -182,6 +198,12 @@ pub fn build(type_name: &str, params: Option<&Value>) -> Option<Result<Built, Pa
             pickers::Picker::build(type_name, params)
         }
         "single-profile-handler" => Ok(Built::ignoring(PluginKind::SingleProfileHandler, params)),
+        "session-affinity-scorer" => session::SessionAffinity::build(session::Role::Scorer, params),
+        "session-affinity-filter" => session::SessionAffinity::build(session::Role::Filter, params),
+        "session-id-producer" => session::SessionIdProducer::build(params),
+        "disagg-profile-handler" => disagg::DisaggHandler::build(params),
+        "prefix-based-pd-decider" => disagg::PrefixDecider::build(params),
+        "always-disagg-pd-decider" => Ok(Built::ignoring(PluginKind::AlwaysDisaggPdDecider, params)),
         "token-producer" | "tokenizer" => tokens::TokenProducer::build(params),
         "approx-prefix-cache-producer" => prefix::Producer::build(params),
         "inflight-load-producer" => inflight::InFlightLoad::build(params),
@@ -212,7 +234,7 @@ impl PluginKind {
                 | PluginKind::PrefixCacheAffinityFilter(_)
                 | PluginKind::UtilizationDetector(_)
                 | PluginKind::ConcurrencyDetector(_)
-        )
+        ) || matches!(self, PluginKind::SessionAffinity(s) if s.role == session::Role::Filter)
     }
 
     /// Whether it runs in a profile's scorer slot.
@@ -227,7 +249,7 @@ impl PluginKind {
                 | PluginKind::TokenLoadScorer(_)
                 | PluginKind::ActiveRequestScorer(_)
                 | PluginKind::NoHitLruScorer(_)
-        )
+        ) || matches!(self, PluginKind::SessionAffinity(s) if s.role == session::Role::Scorer)
     }
 
     /// Whether it is a picker.
@@ -237,7 +259,12 @@ impl PluginKind {
 
     /// Whether it is a profile handler.
     pub fn is_profile_handler(&self) -> bool {
-        matches!(self, PluginKind::SingleProfileHandler)
+        matches!(self, PluginKind::SingleProfileHandler | PluginKind::DisaggProfileHandler(_))
+    }
+
+    /// Whether it is a P/D decider.
+    pub fn is_decider(&self) -> bool {
+        matches!(self, PluginKind::PrefixBasedPdDecider(_) | PluginKind::AlwaysDisaggPdDecider)
     }
 
     /// Whether it is a saturation detector.
@@ -264,6 +291,7 @@ impl PluginKind {
                 DataKey::new(DataType::InFlightLoad, name),
                 DataKey::new(DataType::UncachedRequestTokens, name),
             ],
+            PluginKind::SessionIdProducer(_) => vec![session::SessionIdProducer::key(name)],
             _ => Vec::new(),
         }
     }
@@ -280,6 +308,9 @@ impl PluginKind {
             PluginKind::PrefixCacheAffinityFilter(f) => f.keys(),
             PluginKind::ConcurrencyDetector(d) => vec![d.key()],
             PluginKind::ApproxPrefixProducer(_) | PluginKind::InFlightLoadProducer(_) => vec![tokens],
+            PluginKind::DisaggProfileHandler(_) => {
+                vec![DataKey::new(DataType::PrefixCacheMatchInfo, ""), tokens]
+            }
             _ => Vec::new(),
         }
     }

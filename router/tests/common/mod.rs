@@ -53,6 +53,7 @@ pub fn request(key: u64, prompt: &[u32]) -> RoutingRequest<'_> {
         priority: 0,
         cache_salt: b"",
         max_tokens: None,
+        headers: &[],
     }
 }
 
