@@ -39,7 +39,7 @@ pub fn calibrate(
     // Progress on stderr: a line every tenth evaluation of each fit.
     let progress = |label: String, budget: usize| {
         move |evaluation: usize, best: f64| {
-            if evaluation % 10 == 0 || evaluation == budget {
+            if evaluation.is_multiple_of(10) || evaluation == budget {
                 eprintln!("calibrate: {label}: evaluation {evaluation}/{budget}, best objective {best:.5}");
             }
         }
