@@ -44,6 +44,29 @@ pub struct Finished {
     pub cause: Cause,
 }
 
+/// Queued items against limits (globally, or in one band); a capacity of 0 is no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// The byte limit.
+    pub capacity_bytes: u64,
+    /// Bytes queued.
+    pub bytes: u64,
+    /// The count limit.
+    pub capacity_requests: u64,
+    /// Items queued (finalized ones not yet swept included).
+    pub len: u64,
+}
+
+/// `hasCapacity`: whether one more item of `item_bytes` fits both the global and the band's
+/// limits.
+pub fn has_capacity(global: &Occupancy, band: &Occupancy, item_bytes: u64) -> bool {
+    let fits = |o: &Occupancy| {
+        (o.capacity_bytes == 0 || o.bytes.saturating_add(item_bytes) <= o.capacity_bytes)
+            && (o.capacity_requests == 0 || o.len + 1 <= o.capacity_requests)
+    };
+    fits(global) && fits(band)
+}
+
 /// The fairness id a request without the header (and without `agent-identity`) gets.
 pub const DEFAULT_FAIRNESS_ID: &str = "default-flow";
 
@@ -162,12 +185,19 @@ impl FlowController {
             .bands
             .entry(ticket.priority)
             .or_insert_with(|| Band::new(config.band(ticket.priority)));
-        let fits = (self.config.max_bytes == 0
-            || self.total_bytes.saturating_add(ticket.byte_size) <= self.config.max_bytes)
-            && (self.config.max_requests == 0 || self.total_len + 1 <= self.config.max_requests)
-            && (band.config.max_bytes == 0 || band.bytes.saturating_add(ticket.byte_size) <= band.config.max_bytes)
-            && (band.config.max_requests == 0 || band.len + 1 <= band.config.max_requests);
-        if !fits {
+        let global = Occupancy {
+            capacity_bytes: self.config.max_bytes,
+            bytes: self.total_bytes,
+            capacity_requests: self.config.max_requests,
+            len: self.total_len,
+        };
+        let in_band = Occupancy {
+            capacity_bytes: band.config.max_bytes,
+            bytes: band.bytes,
+            capacity_requests: band.config.max_requests,
+            len: band.len,
+        };
+        if !has_capacity(&global, &in_band, ticket.byte_size) {
             let (outcome, cause) = if self.pool_empty {
                 (QueueOutcome::RejectedNoEndpoints, Cause::NoEndpoints)
             } else {

@@ -15,8 +15,8 @@ pub mod policies;
 mod quantity;
 
 pub use config::{BandConfig, FlowControlConfig};
-pub use controller::{DEFAULT_FAIRNESS_ID, Finished, FlowController, Ticket};
-pub use outcome::{Cause, QueueOutcome, Refusal, translate};
+pub use controller::{DEFAULT_FAIRNESS_ID, Finished, FlowController, Occupancy, Ticket, has_capacity};
+pub use outcome::{Cause, QueueOutcome, Refusal, translate, translate_error};
 pub use policies::{Fairness, Ordering, StaticUsageLimit};
 
 /// The byte size upstream's capacity limits count for a request: its body as the client sends

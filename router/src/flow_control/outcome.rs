@@ -91,11 +91,12 @@ impl Refusal {
 /// when a TTL expiry was reported.
 pub fn translate(outcome: QueueOutcome, cause: Option<Cause>, pool_empty: bool) -> Option<Refusal> {
     let message = cause.map_or_else(|| "request rejected by flow control".to_owned(), |c| error_text(outcome, c));
-    translate_message(outcome, cause, &message, pool_empty)
+    translate_error(outcome, cause, &message, pool_empty)
 }
 
-/// The mapping itself, over the error's text (a re-mapped outcome keeps the original text).
-fn translate_message(
+/// The mapping over the error's own text `message` (what `err.Error()` gives upstream; a
+/// re-mapped outcome keeps it).
+pub fn translate_error(
     outcome: QueueOutcome,
     cause: Option<Cause>,
     message: &str,
@@ -125,9 +126,9 @@ fn translate_message(
             Some(Cause::NotRunning) => {
                 refusal(503, "flow controller shutting down: ", Some("rejected-shutting-down"))
             }
-            Some(Cause::TtlExpired) => return translate_message(QueueOutcome::EvictedTtl, cause, message, pool_empty),
+            Some(Cause::TtlExpired) => return translate_error(QueueOutcome::EvictedTtl, cause, message, pool_empty),
             Some(Cause::ContextCancelled) => {
-                return translate_message(QueueOutcome::EvictedContextCancelled, cause, message, pool_empty);
+                return translate_error(QueueOutcome::EvictedContextCancelled, cause, message, pool_empty);
             }
             _ => refusal(500, "internal flow control error: ", None),
         },

@@ -63,8 +63,10 @@ impl Ordering {
                 (deadline, item.enqueue_us, item.sequence)
             }
             Ordering::SloDeadline => {
+                // Upstream refuses values whose nanoseconds overflow an int64.
                 let deadline = item
                     .slo_ttft_ms
+                    .filter(|&ms| ms <= (i64::MAX / 1_000_000) as u64)
                     .and_then(|ms| ms.checked_mul(1000))
                     .and_then(|us| item.received_us.checked_add(us))
                     .unwrap_or(u64::MAX);
