@@ -151,11 +151,11 @@ pub(crate) fn build(raw: &RawFlowControl, plugins: &[PluginInstance]) -> Result<
         })?;
         let priority = match parsed.priority {
             Some(p) if p.abs() > MAX_PRIORITY => {
-                return Err(ConfigError::value(
-                    format!("{path}.priority"),
-                    &p.to_string(),
-                    format!("a priority is at most {MAX_PRIORITY} in magnitude"),
-                ));
+                return Err(ConfigError {
+                    path: format!("{path}.priority"),
+                    value: Some(p.to_string()),
+                    reason: format!("a priority is at most {MAX_PRIORITY} in magnitude"),
+                });
             }
             Some(p) => p,
             None if needs_priority => {
@@ -237,12 +237,10 @@ pub(crate) fn build(raw: &RawFlowControl, plugins: &[PluginInstance]) -> Result<
         None => DEFAULT_REQUEST_TTL_US,
         Some(value) => {
             let path = "flowControl.defaultRequestTTL";
-            let text = value.as_str().ok_or_else(|| {
-                ConfigError::value(
-                    path,
-                    &value.to_string(),
-                    "failed to decode configuration JSON/YAML: a duration is a string such as \"60s\"",
-                )
+            let text = value.as_str().ok_or_else(|| ConfigError {
+                path: path.to_owned(),
+                value: Some(value.to_string()),
+                reason: "failed to decode configuration JSON/YAML: a duration is a string such as \"60s\"".to_owned(),
             })?;
             let d = GoDuration::parse(text).map_err(|e| {
                 ConfigError::value(path, text, format!("failed to decode configuration JSON/YAML: {e}"))
@@ -302,8 +300,10 @@ fn limit(
     registry: &dyn Fn(String, Option<String>, String) -> ConfigError,
 ) -> Result<u64, ConfigError> {
     let Some(value) = value else { return Ok(0) };
-    let v = quantity::parse(value).map_err(|e| {
-        ConfigError::value(path, &value.to_string(), format!("failed to decode configuration JSON/YAML: {e}"))
+    let v = quantity::parse(value).map_err(|e| ConfigError {
+        path: path.to_owned(),
+        value: Some(value.to_string()),
+        reason: format!("failed to decode configuration JSON/YAML: {e}"),
     })?;
     if v < 0 {
         return Err(registry(
