@@ -383,6 +383,28 @@ fn llmd_router(
         })).collect::<Vec<_>>(),
         "warnings": config.warnings,
     });
+    let mut record = record;
+    if let Some(flow) = &config.flow_control {
+        let band = |b: &blis_router::flow_control::BandConfig| {
+            json!({
+                "priority": b.priority,
+                "ordering": name(b.ordering_plugin),
+                "fairness": name(b.fairness_plugin),
+                "max_bytes": b.max_bytes,
+                "max_requests": b.max_requests,
+            })
+        };
+        record["flow_control"] = json!({
+            "max_bytes": flow.max_bytes,
+            "max_requests": flow.max_requests,
+            "default_request_ttl_us": flow.default_request_ttl_us,
+            "priority_bands": flow.bands.values().rev().map(band).collect::<Vec<_>>(),
+            "default_priority_band": band(&flow.default_band),
+            "default_negative_priority_band": flow.default_negative_band.as_ref().map(band),
+            "usage_limit_policy": name(flow.usage_limit_plugin),
+            "usage_limit_threshold": flow.usage_limit.threshold,
+        });
+    }
     let table = endpoints
         .iter()
         .map(|(_, name, pool)| blis_router::Endpoint {

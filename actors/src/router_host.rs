@@ -239,7 +239,8 @@ impl RouterHost {
             (Policy::Llmd(llmd), m) => {
                 let candidates: &[EndpointIndex] = m.map_or(&[], |m| &self.models[m].1);
                 call.report_first_token = llmd.report_first_token;
-                let decision = llmd.router.route(&routing_request(&call), candidates, now.as_micros(), &mut llmd.rng);
+                let decision =
+                    llmd.router.route(&routing_request(&call), candidates, now.as_micros(), &mut llmd.rng);
                 let (picked, score) = decided(decision);
                 (picked, "llm-d", score)
             }
@@ -278,7 +279,14 @@ impl RouterHost {
         }
     }
 
-    fn refuse(&mut self, key: u64, client: ActorId, status: u16, reason: &str, out: &mut Outbox<ClusterMessage>) {
+    fn refuse(
+        &mut self,
+        key: u64,
+        client: ActorId,
+        status: u16,
+        reason: &str,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
         self.refused += 1;
         if let Some(notes) = out.notes() {
             notes
@@ -298,7 +306,13 @@ impl RouterHost {
 
     /// Flow control on: offer `call` to its pool's controller, then run the dispatch cycle the
     /// enqueue triggers.
-    fn enqueue(&mut self, call: Box<CallRequest>, model: usize, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+    fn enqueue(
+        &mut self,
+        call: Box<CallRequest>,
+        model: usize,
+        now: SimTime,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
         let Policy::Llmd(llmd) = &mut self.policy else { unreachable!("flow control is llm-d's") };
         let flow = llmd.flow.as_mut().expect("flow control is on");
         let ticket = Ticket {
@@ -316,7 +330,10 @@ impl RouterHost {
         match flow.controllers[model].enqueue(ticket, now.as_micros()) {
             Ok(()) => {
                 if let Some(notes) = out.notes() {
-                    notes.decision("decisions", "enqueue").arg("request", key).arg("priority", -call.request.priority);
+                    notes
+                        .decision("decisions", "enqueue")
+                        .arg("request", key)
+                        .arg("priority", -call.request.priority);
                 }
                 flow.held.insert(key, (call, model));
             }
@@ -436,7 +453,9 @@ impl Actor<ClusterMessage> for RouterHost {
                 let scrape = llmd.scrapes.next.first().map(|&(at, _, _)| at);
                 let flow = llmd.flow.as_ref().and_then(|f| f.next_wake_us(self.last_transition.as_micros()));
                 match (scrape, flow) {
-                    (Some(a), Some(b)) => TimeAdvance::until(self.last_transition, SimTime::from_micros(a.min(b))),
+                    (Some(a), Some(b)) => {
+                        TimeAdvance::until(self.last_transition, SimTime::from_micros(a.min(b)))
+                    }
                     (Some(at), None) | (None, Some(at)) => {
                         TimeAdvance::until(self.last_transition, SimTime::from_micros(at))
                     }

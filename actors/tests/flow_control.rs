@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use blis_actors::{RunError, RunOptions, run};
 
 fn scenario(variant: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../fixtures/scenarios/routing/burst-fc-{variant}.yaml"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../fixtures/scenarios/routing/burst-fc-{variant}.yaml"));
     std::fs::read_to_string(path).unwrap()
 }
 
@@ -38,8 +39,7 @@ fn tally(text: &str) -> (Tally, blis_contracts::FateCounts) {
 }
 
 const SHED: &str = "router_429: rejected-saturated: request rejected pre-queue: queue at capacity";
-const EXPIRED: &str =
-    "router_429: rejected-ttl-expired: request timed out in queue: request evicted from queue: request TTL expired";
+const EXPIRED: &str = "router_429: rejected-ttl-expired: request timed out in queue: request evicted from queue: request TTL expired";
 
 /// Flow control on, 5 s TTL, sheddable bands capped at 20: the critical and standard classes
 /// all complete; the sheddable ones are shed at capacity or expire, with upstream's reasons and

@@ -5,7 +5,8 @@
 //! instantiation (each factory decoding its parameters strictly or ignoring them, as upstream's
 //! does), the system defaults upstream injects (default profile, single-profile handler,
 //! max-score picker and scorer weight 1, the flow-control policies, the three parsers, the
-//! utilization detector, the metrics data source), deep validation, profile assembly, data
+//! utilization detector, the metrics data source), deep validation, profile assembly, the
+//! `flowControl` section when its gate is on (`crate::flow_control::config`), data
 //! producers created for required data keys, and the Alpha-stability check. Where upstream's
 //! choice depends on Go map order (the default profile's plugin order, the picker injected into
 //! a picker-less profile), the first in configuration order is taken. Every refusal names its

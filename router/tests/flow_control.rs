@@ -43,14 +43,20 @@ fn drive(
             let r = translate(f.outcome, Some(f.cause), false).unwrap();
             fates.insert(f.key, Fate::Dropped(r.status, r.dropped_reason.unwrap(), ms));
         }
-        let mut cycle = |controller: &mut FlowController, fates: &mut BTreeMap<u64, Fate>| {
+        let cycle = |controller: &mut FlowController, fates: &mut BTreeMap<u64, Fate>| {
             let dispatched = fates.values().filter(|f| matches!(f, Fate::Dispatched(_))).count();
             if let Some(key) = controller.dispatch_cycle(saturation(ms, dispatched), false) {
                 fates.insert(key, Fate::Dispatched(ms));
             }
         };
         for &(key, priority, _) in arrivals.iter().filter(|a| a.2 == ms) {
-            let ticket = Ticket { key, priority, fairness_id: Arc::from(DEFAULT_FAIRNESS_ID), byte_size: 100, received_us: us };
+            let ticket = Ticket {
+                key,
+                priority,
+                fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
+                byte_size: 100,
+                received_us: us,
+            };
             if let Err(f) = controller.enqueue(ticket, us) {
                 let r = translate(f.outcome, Some(f.cause), false).unwrap();
                 fates.insert(f.key, Fate::Dropped(r.status, r.dropped_reason.unwrap(), ms));
@@ -94,9 +100,15 @@ fn a_burst_queues_by_band_sheds_at_capacity_and_expires_by_ttl() {
         (9, -1, 200),
         (10, -1, 1001),
     ];
-    let fates = drive(&mut controller, &arrivals, 1200, |ms, dispatched| {
-        if ms < 50 { 1.2 } else { 0.5 + 0.2 * dispatched as f64 }
-    });
+    let fates =
+        drive(
+            &mut controller,
+            &arrivals,
+            1200,
+            |ms, dispatched| {
+                if ms < 50 { 1.2 } else { 0.5 + 0.2 * dispatched as f64 }
+            },
+        );
     use Fate::*;
     let expected = BTreeMap::from([
         (1, Dispatched(51)),
@@ -120,7 +132,9 @@ fn a_burst_queues_by_band_sheds_at_capacity_and_expires_by_ttl() {
 #[test]
 fn without_a_ttl_requests_wait_until_the_pool_drains() {
     let config = load_yaml(
-        &format!("{HEAD}flowControl:\n  defaultRequestTTL: 0s\n  defaultNegativePriorityBand: {{maxRequests: 1}}\n"),
+        &format!(
+            "{HEAD}flowControl:\n  defaultRequestTTL: 0s\n  defaultNegativePriorityBand: {{maxRequests: 1}}\n"
+        ),
         LoadOptions::default(),
     )
     .unwrap();
@@ -200,20 +214,60 @@ fn bad_flow_control_sections_are_refused_by_path_value_and_cause() {
             None,
             "strict decoding error: unknown field \"flowControl.priorityBands[0].weight\"",
         ),
-        ("flowControl:\n  maxBytes: lots\n", "flowControl.maxBytes", Some("\"lots\""), "quantities must match"),
-        ("flowControl:\n  maxRequests: -3\n", "flowControl.maxRequests", Some("-3"), "global MaxRequests must be non-negative, got -3"),
-        ("flowControl:\n  maxBytes: 1e30\n", "flowControl.maxBytes", Some("1e+30"), "at most 9007199254740992"),
-        ("flowControl:\n  defaultRequestTTL: soon\n", "flowControl.defaultRequestTTL", Some("\"soon\""), "time: invalid duration"),
-        ("flowControl:\n  defaultRequestTTL: -5s\n", "flowControl.defaultRequestTTL", Some("\"-5s\""), "DefaultRequestTTL cannot be negative, but got -5s"),
-        ("flowControl:\n  priorityBands: [{priority: 99999999999}]\n", "flowControl.priorityBands[0].priority", Some("99999999999"), "at most 2147483647"),
-        ("flowControl:\n  usageLimitPolicyPluginRef: queue\n", "flowControl.usageLimitPolicyPluginRef", Some("\"queue\""), "plugin \"queue\" not found"),
+        (
+            "flowControl:\n  maxBytes: lots\n",
+            "flowControl.maxBytes",
+            Some("\"lots\""),
+            "quantities must match",
+        ),
+        (
+            "flowControl:\n  maxRequests: -3\n",
+            "flowControl.maxRequests",
+            Some("-3"),
+            "global MaxRequests must be non-negative, got -3",
+        ),
+        (
+            "flowControl:\n  maxBytes: 1e30\n",
+            "flowControl.maxBytes",
+            Some("1e+30"),
+            "at most 9007199254740992",
+        ),
+        (
+            "flowControl:\n  defaultRequestTTL: soon\n",
+            "flowControl.defaultRequestTTL",
+            Some("\"soon\""),
+            "time: invalid duration",
+        ),
+        (
+            "flowControl:\n  defaultRequestTTL: -5s\n",
+            "flowControl.defaultRequestTTL",
+            Some("\"-5s\""),
+            "DefaultRequestTTL cannot be negative, but got -5s",
+        ),
+        (
+            "flowControl:\n  priorityBands: [{priority: 99999999999}]\n",
+            "flowControl.priorityBands[0].priority",
+            Some("99999999999"),
+            "at most 2147483647",
+        ),
+        (
+            "flowControl:\n  usageLimitPolicyPluginRef: queue\n",
+            "flowControl.usageLimitPolicyPluginRef",
+            Some("\"queue\""),
+            "plugin \"queue\" not found",
+        ),
         (
             "plugins:\n- {type: static-usage-limit-policy, parameters: {ceiling: 2}}\n",
             "plugins[0].parameters.ceiling",
             None,
             "failed to parse static usage limit policy config: json: unknown field \"ceiling\"",
         ),
-        ("flowControl:\n  enableEviction: true\n", "flowControl.enableEviction", Some("\"true\""), "in-flight eviction is not modelled yet"),
+        (
+            "flowControl:\n  enableEviction: true\n",
+            "flowControl.enableEviction",
+            Some("\"true\""),
+            "in-flight eviction is not modelled yet",
+        ),
         (
             "plugins:\n- {type: priority-holdback-policy}\nflowControl:\n  usageLimitPolicyPluginRef: priority-holdback-policy\n",
             "plugins[0].type",

@@ -16,11 +16,11 @@ mod common;
 
 use std::sync::Arc;
 
-use blis_router::flow_control::{
-    Cause, DEFAULT_FAIRNESS_ID, Fairness, FlowControlConfig, FlowController, Occupancy, Ordering, QueueOutcome,
-    Ticket, has_capacity, translate, translate_error,
-};
 use blis_router::flow_control::policies::ItemTimes;
+use blis_router::flow_control::{
+    Cause, DEFAULT_FAIRNESS_ID, Fairness, FlowControlConfig, FlowController, Occupancy, Ordering,
+    QueueOutcome, Ticket, has_capacity, translate, translate_error,
+};
 use blis_router::{ConfigError, LoadOptions, RouterConfig};
 use common::*;
 
@@ -47,7 +47,9 @@ fn refused(rest: &str) -> ConfigError {
 /// upstream's words).
 #[test]
 fn build_registry_config() {
-    let c = flow("flowControl:\n  maxBytes: 100\n  priorityBands: [{priority: 1, maxBytes: 50}]\n  defaultPriorityBand: {maxBytes: 10}\n");
+    let c = flow(
+        "flowControl:\n  maxBytes: 100\n  priorityBands: [{priority: 1, maxBytes: 50}]\n  defaultPriorityBand: {maxBytes: 10}\n",
+    );
     assert_eq!((c.max_bytes, c.bands[&1].max_bytes, c.default_band.max_bytes), (100, 50, 10));
     let c = flow("flowControl:\n  maxBytes: 1Gi\n  priorityBands: [{priority: 1, maxBytes: 500Mi}]\n");
     assert_eq!((c.max_bytes, c.bands[&1].max_bytes), (1_073_741_824, 524_288_000));
@@ -64,35 +66,82 @@ fn build_registry_config() {
     assert_eq!((c.default_band.max_bytes, c.default_band.max_requests), (1_000_000_000, 5000));
     let c = flow("flowControl:\n  priorityBands: [{priority: 1}, {priority: 2, maxBytes: 0}]\n");
     assert_eq!((c.bands[&1].max_bytes, c.bands[&2].max_bytes), (1_000_000_000, 1_000_000_000));
-    assert_eq!(flow("flowControl:\n  defaultPriorityBand: {maxBytes: 0}\n").default_band.max_bytes, 1_000_000_000);
-    let c = flow("flowControl:\n  priorityBands: [{priority: 1}, {priority: 2, maxRequests: 0}, {priority: 3, maxRequests: 250}]\n");
+    assert_eq!(
+        flow("flowControl:\n  defaultPriorityBand: {maxBytes: 0}\n").default_band.max_bytes,
+        1_000_000_000
+    );
+    let c = flow(
+        "flowControl:\n  priorityBands: [{priority: 1}, {priority: 2, maxRequests: 0}, {priority: 3, maxRequests: 250}]\n",
+    );
     assert_eq!([1, 2, 3].map(|p| c.bands[&p].max_requests), [5000, 5000, 250]);
     let c = flow("flowControl:\n  defaultNegativePriorityBand: {maxRequests: 0}\n");
     assert_eq!(c.default_negative_band.as_ref().unwrap().max_requests, 5000);
-    let c = flow("flowControl:\n  maxBytes: 1Gi\n  maxRequests: 5000\n  priorityBands: [{priority: 100, maxBytes: 1Gi, maxRequests: 5000}]\n");
-    assert_eq!((c.max_bytes, c.max_requests, c.bands[&100].max_bytes, c.bands[&100].max_requests), (1 << 30, 5000, 1 << 30, 5000));
+    let c = flow(
+        "flowControl:\n  maxBytes: 1Gi\n  maxRequests: 5000\n  priorityBands: [{priority: 100, maxBytes: 1Gi, maxRequests: 5000}]\n",
+    );
+    assert_eq!(
+        (c.max_bytes, c.max_requests, c.bands[&100].max_bytes, c.bands[&100].max_requests),
+        (1 << 30, 5000, 1 << 30, 5000)
+    );
     let c = flow("flowControl:\n  maxRequests: 1000\n  priorityBands: [{priority: 1, maxRequests: 500}]\n");
-    assert_eq!((c.max_bytes, c.max_requests, c.bands[&1].max_bytes, c.bands[&1].max_requests), (0, 1000, 1_000_000_000, 500));
-    assert_eq!(flow("flowControl:\n  defaultPriorityBand: {maxRequests: 200}\n").default_band.max_requests, 200);
+    assert_eq!(
+        (c.max_bytes, c.max_requests, c.bands[&1].max_bytes, c.bands[&1].max_requests),
+        (0, 1000, 1_000_000_000, 500)
+    );
+    assert_eq!(
+        flow("flowControl:\n  defaultPriorityBand: {maxRequests: 200}\n").default_band.max_requests,
+        200
+    );
     let c = flow("flowControl:\n  defaultNegativePriorityBand: {maxBytes: 100}\n");
     let negative = c.default_negative_band.as_ref().unwrap();
-    assert_eq!((negative.max_bytes, negative.ordering), (100, Ordering::Fcfs), "defaults applied to the template");
+    assert_eq!(
+        (negative.max_bytes, negative.ordering),
+        (100, Ordering::Fcfs),
+        "defaults applied to the template"
+    );
     let c = flow("flowControl:\n  defaultPriorityBand: {maxBytes: 500}\n");
     assert!(c.default_negative_band.is_none());
     assert_eq!(c.default_band.max_bytes, 500);
     for (rest, path, words) in [
         ("flowControl:\n  maxBytes: -1\n", "flowControl.maxBytes", "global MaxBytes must be non-negative"),
-        ("flowControl:\n  priorityBands: [{priority: 1, maxBytes: -100}]\n", "flowControl.priorityBands[0].maxBytes", "priority band 1 MaxBytes must be non-negative"),
-        ("flowControl:\n  defaultPriorityBand: {maxBytes: -5}\n", "flowControl.defaultPriorityBand.maxBytes", "default priority band MaxBytes must be non-negative"),
-        ("flowControl:\n  maxRequests: -1\n", "flowControl.maxRequests", "global MaxRequests must be non-negative"),
-        ("flowControl:\n  priorityBands: [{priority: 1, maxRequests: -100}]\n", "flowControl.priorityBands[0].maxRequests", "priority band 1 MaxRequests must be non-negative"),
-        ("flowControl:\n  defaultPriorityBand: {maxRequests: -5}\n", "flowControl.defaultPriorityBand.maxRequests", "default priority band MaxRequests must be non-negative"),
-        ("flowControl:\n  defaultNegativePriorityBand: {maxBytes: -1}\n", "flowControl.defaultNegativePriorityBand.maxBytes", "default negative priority band MaxBytes must be non-negative"),
+        (
+            "flowControl:\n  priorityBands: [{priority: 1, maxBytes: -100}]\n",
+            "flowControl.priorityBands[0].maxBytes",
+            "priority band 1 MaxBytes must be non-negative",
+        ),
+        (
+            "flowControl:\n  defaultPriorityBand: {maxBytes: -5}\n",
+            "flowControl.defaultPriorityBand.maxBytes",
+            "default priority band MaxBytes must be non-negative",
+        ),
+        (
+            "flowControl:\n  maxRequests: -1\n",
+            "flowControl.maxRequests",
+            "global MaxRequests must be non-negative",
+        ),
+        (
+            "flowControl:\n  priorityBands: [{priority: 1, maxRequests: -100}]\n",
+            "flowControl.priorityBands[0].maxRequests",
+            "priority band 1 MaxRequests must be non-negative",
+        ),
+        (
+            "flowControl:\n  defaultPriorityBand: {maxRequests: -5}\n",
+            "flowControl.defaultPriorityBand.maxRequests",
+            "default priority band MaxRequests must be non-negative",
+        ),
+        (
+            "flowControl:\n  defaultNegativePriorityBand: {maxBytes: -1}\n",
+            "flowControl.defaultNegativePriorityBand.maxBytes",
+            "default negative priority band MaxBytes must be non-negative",
+        ),
     ] {
         let e = refused(rest);
         assert_eq!(e.path, path, "{e}");
         assert!(e.reason.contains(words), "{e}");
-        assert!(e.reason.starts_with("failed to load flow control config: failed to create registry config: "), "{e}");
+        assert!(
+            e.reason.starts_with("failed to load flow control config: failed to create registry config: "),
+            "{e}"
+        );
     }
 }
 
@@ -114,10 +163,19 @@ fn build_flow_control_config() {
     )
     .unwrap();
     let c = config.flow_control.as_ref().unwrap();
-    assert_eq!((c.usage_limit.threshold, config.plugins[c.usage_limit_plugin].name.as_str()), (0.75, "my-limit"));
+    assert_eq!(
+        (c.usage_limit.threshold, config.plugins[c.usage_limit_plugin].name.as_str()),
+        (0.75, "my-limit")
+    );
     let e = refused("flowControl:\n  usageLimitPolicyPluginRef: missing\n");
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("flowControl.usageLimitPolicyPluginRef", Some("\"missing\"")));
-    assert_eq!(e.reason, "failed to load flow control config: failed to resolve usage limit policy: plugin \"missing\" not found");
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("flowControl.usageLimitPolicyPluginRef", Some("\"missing\""))
+    );
+    assert_eq!(
+        e.reason,
+        "failed to load flow control config: failed to resolve usage limit policy: plugin \"missing\" not found"
+    );
 }
 
 /// upstream: registry/config_test.go::TestNewConfig ("ShouldApplySystemDefaults_WhenNoOptionsProvided":
@@ -132,13 +190,18 @@ fn registry_config_defaults() {
     assert_eq!((c.bands[&0].max_bytes, c.bands[&0].max_requests), (1_000_000_000, 5000));
     let c = flow("flowControl:\n  maxBytes: 2000\n  maxRequests: 10\n");
     assert_eq!((c.max_bytes, c.max_requests), (2000, 10));
-    let c = flow("flowControl:\n  defaultPriorityBand: {maxRequests: 7}\n  defaultNegativePriorityBand: {maxRequests: 3}\n");
+    let c = flow(
+        "flowControl:\n  defaultPriorityBand: {maxRequests: 7}\n  defaultNegativePriorityBand: {maxRequests: 3}\n",
+    );
     assert_eq!(c.bands[&0].max_requests, 7, "band 0 from the custom template");
     assert_eq!((c.band(5).max_requests, c.band(5).priority), (7, 5));
     assert_eq!((c.band(-1).max_requests, c.band(-1).priority), (3, -1));
     let e = refused("flowControl:\n  priorityBands: [{priority: 5}, {priority: 5}]\n");
     assert_eq!((e.path.as_str(), e.value.as_deref()), ("flowControl.priorityBands[1].priority", Some("5")));
-    assert_eq!(e.reason, "failed to load flow control config: failed to create registry config: duplicate priority level 5");
+    assert_eq!(
+        e.reason,
+        "failed to load flow control config: failed to create registry config: duplicate priority level 5"
+    );
 }
 
 /// upstream: controller/config_test.go::TestNewConfigFromAPI ("NilConfig_ShouldReturnSystemDefaults",
@@ -228,7 +291,10 @@ fn processor_dispatch_cycle() {
     assert_eq!(fc.dispatch_cycle(1.0, false), None, "saturated: head-of-line blocked");
     assert_eq!(fc.dispatch_cycle(1.5, false), None);
     assert_eq!(fc.priorities(), [20, 10, 0]);
-    assert_eq!([fc.dispatch_cycle(0.99, false), fc.dispatch_cycle(0.5, false), fc.dispatch_cycle(0.0, false)], [Some(2), Some(3), Some(1)]);
+    assert_eq!(
+        [fc.dispatch_cycle(0.99, false), fc.dispatch_cycle(0.5, false), fc.dispatch_cycle(0.0, false)],
+        [Some(2), Some(3), Some(1)]
+    );
     assert!(fc.is_empty());
 }
 
@@ -248,7 +314,11 @@ fn processor_finalized_items_and_sweep() {
     assert!(!fc.holds(1) && fc.holds(2) && fc.has_finalized());
     assert_eq!(fc.len(), 2, "the expired item still counts");
     assert!(fc.enqueue(ticket(3, 0, "f", 1), 1_000_000).is_err(), "so the queue is still full");
-    assert_eq!(fc.dispatch_cycle(0.0, false), None, "the cycle takes the finalized head and dispatches nothing");
+    assert_eq!(
+        fc.dispatch_cycle(0.0, false),
+        None,
+        "the cycle takes the finalized head and dispatches nothing"
+    );
     assert_eq!(fc.dispatch_cycle(0.0, false), Some(2));
     fc.enqueue(ticket(4, 0, "f", 1), 1_000_000).unwrap();
     assert_eq!(fc.cancel(4).map(|f| f.outcome), Some(QueueOutcome::EvictedContextCancelled));
@@ -370,14 +440,42 @@ fn translate_flow_control_outcome() {
         ("capacity rejection", RejectedCapacity, QueueAtCapacity, false, 429, Some("rejected-saturated")),
         ("TTL expiry with endpoints", EvictedTtl, TtlExpired, false, 429, Some("rejected-ttl-expired")),
         ("TTL expiry with empty pool", EvictedTtl, TtlExpired, true, 503, Some("rejected-no-endpoints")),
-        ("context cancellation", EvictedContextCancelled, ContextCancelled, false, 503, Some("rejected-context-cancelled")),
+        (
+            "context cancellation",
+            EvictedContextCancelled,
+            ContextCancelled,
+            false,
+            503,
+            Some("rejected-context-cancelled"),
+        ),
         ("shutdown eviction", EvictedOther, NotRunning, false, 503, Some("rejected-shutting-down")),
         ("shutdown rejection", RejectedOther, NotRunning, false, 503, Some("rejected-shutting-down")),
         ("pre-admission TTL rejection", RejectedOther, TtlExpired, false, 429, Some("rejected-ttl-expired")),
-        ("pre-admission TTL rejection, empty pool", RejectedOther, TtlExpired, true, 503, Some("rejected-no-endpoints")),
-        ("pre-admission cancellation", RejectedOther, ContextCancelled, false, 503, Some("rejected-context-cancelled")),
+        (
+            "pre-admission TTL rejection, empty pool",
+            RejectedOther,
+            TtlExpired,
+            true,
+            503,
+            Some("rejected-no-endpoints"),
+        ),
+        (
+            "pre-admission cancellation",
+            RejectedOther,
+            ContextCancelled,
+            false,
+            503,
+            Some("rejected-context-cancelled"),
+        ),
         ("other TTL eviction", EvictedOther, TtlExpired, false, 429, Some("rejected-ttl-expired")),
-        ("other cancellation eviction", EvictedOther, ContextCancelled, false, 503, Some("rejected-context-cancelled")),
+        (
+            "other cancellation eviction",
+            EvictedOther,
+            ContextCancelled,
+            false,
+            503,
+            Some("rejected-context-cancelled"),
+        ),
         ("internal error", RejectedOther, Other("unexpected failure"), false, 500, None),
     ] {
         let r = translate(outcome, Some(cause), pool_empty).unwrap();
@@ -385,18 +483,26 @@ fn translate_flow_control_outcome() {
     }
     let r = translate(RejectedCapacity, None, false).unwrap();
     assert_eq!(r.message, "request rejected by flow control");
-    assert_eq!(translate_error(EvictedTtl, Some(TtlExpired), "timeout", false).unwrap().message, "request timed out in queue: timeout");
+    assert_eq!(
+        translate_error(EvictedTtl, Some(TtlExpired), "timeout", false).unwrap().message,
+        "request timed out in queue: timeout"
+    );
     assert_eq!(
         translate_error(EvictedTtl, Some(TtlExpired), "timeout", true).unwrap().message,
         "request timed out in queue and no endpoints are available: timeout"
     );
     assert_eq!(
-        translate_error(EvictedOther, Some(Other("internal error")), "internal error", false).unwrap().message,
+        translate_error(EvictedOther, Some(Other("internal error")), "internal error", false)
+            .unwrap()
+            .message,
         "internal flow control error: internal error"
     );
     let ttl = translate(EvictedTtl, Some(TtlExpired), false).unwrap();
     assert_eq!(ttl.message, "request timed out in queue: request evicted from queue: request TTL expired");
-    assert_eq!(ttl.reason(), "rejected-ttl-expired: request timed out in queue: request evicted from queue: request TTL expired");
+    assert_eq!(
+        ttl.reason(),
+        "rejected-ttl-expired: request timed out in queue: request evicted from queue: request TTL expired"
+    );
     let full = translate(RejectedCapacity, Some(QueueAtCapacity), false).unwrap();
     assert_eq!(full.message, "request rejected pre-queue: queue at capacity");
 }

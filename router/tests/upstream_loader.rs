@@ -277,13 +277,20 @@ fn flow_control_gate_cases() {
     assert_eq!(config.plugins[band.ordering_plugin].type_name, "fcfs-ordering-policy");
     assert_eq!(config.plugins[band.fairness_plugin].name, "customFairness");
     assert_eq!(config.plugins[band.fairness_plugin].type_name, "global-strict-fairness-policy");
-    let e = err(&format!("{base}flowControl:\n  priorityBands:\n  - {{priority: 100, orderingPolicyRef: non-existent-policy}}\n"));
-    assert_eq!((e.path.as_str(), e.value.as_deref()), ("flowControl.priorityBands[0].orderingPolicyRef", Some("\"non-existent-policy\"")));
+    let e = err(&format!(
+        "{base}flowControl:\n  priorityBands:\n  - {{priority: 100, orderingPolicyRef: non-existent-policy}}\n"
+    ));
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("flowControl.priorityBands[0].orderingPolicyRef", Some("\"non-existent-policy\""))
+    );
     assert_eq!(
         e.reason,
         "failed to load flow control config: failed to create registry config: plugin \"non-existent-policy\" not found"
     );
-    let e = err(&format!("{base}flowControl:\n  priorityBands:\n  - {{priority: 100, orderingPolicyRef: maxScore}}\n"));
+    let e = err(&format!(
+        "{base}flowControl:\n  priorityBands:\n  - {{priority: 100, orderingPolicyRef: maxScore}}\n"
+    ));
     assert_eq!(e.path, "flowControl.priorityBands[0].orderingPolicyRef");
     assert_eq!(
         e.reason,

@@ -109,7 +109,10 @@ struct RawBand {
 const CONTEXT: &str = "failed to load flow control config";
 
 /// Build the section as `buildFlowControlConfig` does, resolving policy refs among `plugins`.
-pub(crate) fn build(raw: &RawFlowControl, plugins: &[PluginInstance]) -> Result<FlowControlConfig, ConfigError> {
+pub(crate) fn build(
+    raw: &RawFlowControl,
+    plugins: &[PluginInstance],
+) -> Result<FlowControlConfig, ConfigError> {
     if raw.enable_eviction {
         return Err(ConfigError::value(
             "flowControl.enableEviction",
@@ -120,7 +123,10 @@ pub(crate) fn build(raw: &RawFlowControl, plugins: &[PluginInstance]) -> Result<
     }
     let (default_ordering, default_fairness) = {
         let wrap = |e: String| {
-            ConfigError::at("flowControl", format!("{CONTEXT}: failed to resolve default flow-control policies: {e}"))
+            ConfigError::at(
+                "flowControl",
+                format!("{CONTEXT}: failed to resolve default flow-control policies: {e}"),
+            )
         };
         let o = ordering(plugins, "fcfs-ordering-policy").map_err(wrap)?;
         let f = fairness(plugins, "global-strict-fairness-policy").map_err(wrap)?;
@@ -168,8 +174,12 @@ pub(crate) fn build(raw: &RawFlowControl, plugins: &[PluginInstance]) -> Result<
             None => 0,
         };
         let label = label(priority);
-        let band_max_bytes =
-            limit(parsed.max_bytes.as_ref(), &format!("{path}.maxBytes"), &format!("{label} MaxBytes"), &registry)?;
+        let band_max_bytes = limit(
+            parsed.max_bytes.as_ref(),
+            &format!("{path}.maxBytes"),
+            &format!("{label} MaxBytes"),
+            &registry,
+        )?;
         let band_max_requests = limit(
             parsed.max_requests.as_ref(),
             &format!("{path}.maxRequests"),
@@ -180,14 +190,22 @@ pub(crate) fn build(raw: &RawFlowControl, plugins: &[PluginInstance]) -> Result<
             defaults.0
         } else {
             ordering(plugins, &parsed.ordering_policy_ref).map_err(|e| {
-                registry(format!("{path}.orderingPolicyRef"), Some(format!("{:?}", parsed.ordering_policy_ref)), e)
+                registry(
+                    format!("{path}.orderingPolicyRef"),
+                    Some(format!("{:?}", parsed.ordering_policy_ref)),
+                    e,
+                )
             })?
         };
         let (fairness_kind, fairness_plugin) = if parsed.fairness_policy_ref.is_empty() {
             defaults.1
         } else {
             fairness(plugins, &parsed.fairness_policy_ref).map_err(|e| {
-                registry(format!("{path}.fairnessPolicyRef"), Some(format!("{:?}", parsed.fairness_policy_ref)), e)
+                registry(
+                    format!("{path}.fairnessPolicyRef"),
+                    Some(format!("{:?}", parsed.fairness_policy_ref)),
+                    e,
+                )
             })?
         };
         Ok(BandConfig {
@@ -240,7 +258,8 @@ pub(crate) fn build(raw: &RawFlowControl, plugins: &[PluginInstance]) -> Result<
             let text = value.as_str().ok_or_else(|| ConfigError {
                 path: path.to_owned(),
                 value: Some(value.to_string()),
-                reason: "failed to decode configuration JSON/YAML: a duration is a string such as \"60s\"".to_owned(),
+                reason: "failed to decode configuration JSON/YAML: a duration is a string such as \"60s\""
+                    .to_owned(),
             })?;
             let d = GoDuration::parse(text).map_err(|e| {
                 ConfigError::value(path, text, format!("failed to decode configuration JSON/YAML: {e}"))
@@ -322,7 +341,8 @@ fn resolve(
     interface: &str,
     implements: impl Fn(&PluginKind) -> bool,
 ) -> Result<usize, String> {
-    let at = plugins.iter().position(|p| p.name == name).ok_or_else(|| format!("plugin {name:?} not found"))?;
+    let at =
+        plugins.iter().position(|p| p.name == name).ok_or_else(|| format!("plugin {name:?} not found"))?;
     if !implements(&plugins[at].kind) {
         return Err(format!(
             "plugin {name:?} does not implement {interface} (actual type: {})",
@@ -333,13 +353,19 @@ fn resolve(
 }
 
 fn ordering(plugins: &[PluginInstance], name: &str) -> Result<(Ordering, usize), String> {
-    let at = resolve(plugins, name, "flowcontrol.OrderingPolicy", |k| matches!(k, PluginKind::OrderingPolicy(_)))?;
-    let PluginKind::OrderingPolicy(o) = plugins[at].kind else { unreachable!("resolved as an ordering policy") };
+    let at =
+        resolve(plugins, name, "flowcontrol.OrderingPolicy", |k| matches!(k, PluginKind::OrderingPolicy(_)))?;
+    let PluginKind::OrderingPolicy(o) = plugins[at].kind else {
+        unreachable!("resolved as an ordering policy")
+    };
     Ok((o, at))
 }
 
 fn fairness(plugins: &[PluginInstance], name: &str) -> Result<(Fairness, usize), String> {
-    let at = resolve(plugins, name, "flowcontrol.FairnessPolicy", |k| matches!(k, PluginKind::FairnessPolicy(_)))?;
-    let PluginKind::FairnessPolicy(f) = plugins[at].kind else { unreachable!("resolved as a fairness policy") };
+    let at =
+        resolve(plugins, name, "flowcontrol.FairnessPolicy", |k| matches!(k, PluginKind::FairnessPolicy(_)))?;
+    let PluginKind::FairnessPolicy(f) = plugins[at].kind else {
+        unreachable!("resolved as a fairness policy")
+    };
     Ok((f, at))
 }

@@ -62,7 +62,7 @@ pub struct Occupancy {
 pub fn has_capacity(global: &Occupancy, band: &Occupancy, item_bytes: u64) -> bool {
     let fits = |o: &Occupancy| {
         (o.capacity_bytes == 0 || o.bytes.saturating_add(item_bytes) <= o.capacity_bytes)
-            && (o.capacity_requests == 0 || o.len + 1 <= o.capacity_requests)
+            && (o.capacity_requests == 0 || o.len < o.capacity_requests)
     };
     fits(global) && fits(band)
 }
@@ -123,11 +123,7 @@ pub struct FlowController {
 impl FlowController {
     /// A controller with the configured bands (and band 0), all empty.
     pub fn new(config: Arc<FlowControlConfig>) -> FlowController {
-        let bands = config
-            .bands
-            .values()
-            .map(|b| (b.priority, Band::new(b.clone())))
-            .collect();
+        let bands = config.bands.values().map(|b| (b.priority, Band::new(b.clone()))).collect();
         FlowController {
             config,
             bands,
@@ -181,10 +177,8 @@ impl FlowController {
     /// templates (its inference objective exists: the request's priority came from it).
     pub fn enqueue(&mut self, ticket: Ticket, now_us: u64) -> Result<(), Finished> {
         let config = &self.config;
-        let band = self
-            .bands
-            .entry(ticket.priority)
-            .or_insert_with(|| Band::new(config.band(ticket.priority)));
+        let band =
+            self.bands.entry(ticket.priority).or_insert_with(|| Band::new(config.band(ticket.priority)));
         let global = Occupancy {
             capacity_bytes: self.config.max_bytes,
             bytes: self.total_bytes,

@@ -36,6 +36,9 @@ mod tests {
         let body = r#"{"model":"m1","prompt":[1,22,333],"max_tokens":16}"#;
         assert_eq!(super::body_bytes("m1", &[1, 22, 333], Some(16)), body.len() as u64);
         assert_eq!(super::body_bytes("m", &[], None), r#"{"model":"m","prompt":[]}"#.len() as u64);
-        assert_eq!(super::body_bytes("m", &[0], Some(0)), r#"{"model":"m","prompt":[0],"max_tokens":0}"#.len() as u64);
+        assert_eq!(
+            super::body_bytes("m", &[0], Some(0)),
+            r#"{"model":"m","prompt":[0],"max_tokens":0}"#.len() as u64
+        );
     }
 }

@@ -90,7 +90,8 @@ impl Refusal {
 /// and dropped-reason header the client gets. `pool_empty` is whether the pool had no endpoints
 /// when a TTL expiry was reported.
 pub fn translate(outcome: QueueOutcome, cause: Option<Cause>, pool_empty: bool) -> Option<Refusal> {
-    let message = cause.map_or_else(|| "request rejected by flow control".to_owned(), |c| error_text(outcome, c));
+    let message =
+        cause.map_or_else(|| "request rejected by flow control".to_owned(), |c| error_text(outcome, c));
     translate_error(outcome, cause, &message, pool_empty)
 }
 
@@ -118,7 +119,9 @@ pub fn translate_error(
             "request timed out in queue and no endpoints are available: ",
             Some("rejected-no-endpoints"),
         ),
-        QueueOutcome::EvictedTtl => refusal(429, "request timed out in queue: ", Some("rejected-ttl-expired")),
+        QueueOutcome::EvictedTtl => {
+            refusal(429, "request timed out in queue: ", Some("rejected-ttl-expired"))
+        }
         QueueOutcome::EvictedContextCancelled => {
             refusal(503, "client disconnected: ", Some("rejected-context-cancelled"))
         }
@@ -126,7 +129,9 @@ pub fn translate_error(
             Some(Cause::NotRunning) => {
                 refusal(503, "flow controller shutting down: ", Some("rejected-shutting-down"))
             }
-            Some(Cause::TtlExpired) => return translate_error(QueueOutcome::EvictedTtl, cause, message, pool_empty),
+            Some(Cause::TtlExpired) => {
+                return translate_error(QueueOutcome::EvictedTtl, cause, message, pool_empty);
+            }
             Some(Cause::ContextCancelled) => {
                 return translate_error(QueueOutcome::EvictedContextCancelled, cause, message, pool_empty);
             }

@@ -14,7 +14,10 @@ pub fn parse(value: &Value) -> Result<i64, String> {
         Value::String(s) => s.trim().to_owned(),
         other => return Err(format!("quantities must be a string or a number, got {other}")),
     };
-    let invalid = || "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'".to_owned();
+    let invalid = || {
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            .to_owned()
+    };
     let number_end = text
         .char_indices()
         .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || (i == 0 && (c == '+' || c == '-'))))
