@@ -68,6 +68,8 @@ struct FlowState {
     last_sweep_us: u64,
     /// Scratch for expiries.
     finished: Vec<Finished>,
+    /// The fairness id every request gets (no request carries the header).
+    default_flow: Arc<str>,
 }
 
 impl FlowState {
@@ -184,6 +186,7 @@ impl RouterHost {
                     last_tick_us: None,
                     last_sweep_us: 0,
                     finished: Vec::new(),
+                    default_flow: Arc::from(DEFAULT_FAIRNESS_ID),
                 });
                 Policy::Llmd(Box::new(Llmd {
                     router: wiring.router,
@@ -318,7 +321,7 @@ impl RouterHost {
         let ticket = Ticket {
             key: call.request.key,
             priority: -call.request.priority,
-            fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
+            fairness_id: flow.default_flow.clone(),
             byte_size: blis_router::flow_control::body_bytes(
                 &call.model,
                 &call.request.prompt_token_ids,

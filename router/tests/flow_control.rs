@@ -296,3 +296,125 @@ fn the_gate_off_builds_no_flow_control() {
     assert!(config.inert.iter().any(|i| i.path == "flowControl.priorityBands"));
     assert_eq!(translate(QueueOutcome::RejectedCapacity, None, false).map(|r| r.status), Some(429));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One step of a random run.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A request of this priority band index (into `BANDS`) and flow arrives.
+        Arrive(usize, u8),
+        /// A dispatch cycle at this saturation.
+        Cycle(f64),
+        /// Time passes (ms), then expiries.
+        Wait(u64),
+        /// The client of the n-th request so far gives up.
+        Cancel(usize),
+        /// The cleanup sweep.
+        Sweep,
+    }
+
+    const BANDS: [i64; 4] = [2, 0, -1, -3];
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..BANDS.len(), 0u8..3).prop_map(|(b, f)| Op::Arrive(b, f)),
+            4 => prop_oneof![Just(0.0), Just(0.5), Just(0.99), Just(1.0), Just(1.7)].prop_map(Op::Cycle),
+            2 => (0u64..80).prop_map(Op::Wait),
+            1 => (0usize..64).prop_map(Op::Cancel),
+            1 => Just(Op::Sweep),
+        ]
+    }
+
+    proptest! {
+        /// Over random arrivals, cycles, waits, cancellations and sweeps: every request ends at
+        /// most once (dispatched, refused, expired or cancelled) and is otherwise still waiting;
+        /// the limits are never exceeded; a saturated cycle dispatches nothing; a dispatch
+        /// comes from the highest band holding anything; within one flow, requests leave in
+        /// arrival order (FCFS); and the controller's counts match what is waiting.
+        #[test]
+        fn the_controller_keeps_its_invariants(ops in prop::collection::vec(op(), 1..200)) {
+            let config = load_yaml(
+                &format!(
+                    "{HEAD}flowControl:\n  defaultRequestTTL: 50ms\n  maxRequests: 12\n  \
+                     priorityBands: [{{priority: 2, maxRequests: 4}}, {{priority: 0, maxRequests: 6}}]\n  \
+                     defaultNegativePriorityBand: {{maxRequests: 3}}\n"
+                ),
+                LoadOptions::default(),
+            )
+            .unwrap();
+            let mut fc = FlowController::new(config.flow_control.unwrap());
+            let mut now_us = 0u64;
+            let mut sent: Vec<(u64, i64, u8)> = Vec::new();
+            let mut ended: BTreeMap<u64, &'static str> = BTreeMap::new();
+            let mut last_left: BTreeMap<(i64, u8), u64> = BTreeMap::new();
+            let mut expired = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Arrive(b, f) => {
+                        let key = sent.len() as u64;
+                        let priority = BANDS[b];
+                        sent.push((key, priority, f));
+                        let flow: Arc<str> = Arc::from(format!("flow-{f}"));
+                        let ticket = Ticket { key, priority, fairness_id: flow, byte_size: 10, received_us: now_us };
+                        if let Err(refusal) = fc.enqueue(ticket, now_us) {
+                            prop_assert_eq!(refusal.outcome, QueueOutcome::RejectedCapacity);
+                            prop_assert!(ended.insert(key, "refused").is_none());
+                        }
+                    }
+                    Op::Cycle(saturation) => {
+                        let before: Vec<u64> = BANDS.iter().map(|&p| fc.band_len(p)).collect();
+                        match fc.dispatch_cycle(saturation, false) {
+                            Some(key) => {
+                                prop_assert!(saturation < 1.0);
+                                let (_, priority, f) = sent[key as usize];
+                                let band = BANDS.iter().position(|&p| p == priority).unwrap();
+                                prop_assert!(before[..band].iter().all(|&n| n == 0), "a higher band held items");
+                                if let Some(&previous) = last_left.get(&(priority, f)) {
+                                    prop_assert!(previous < key, "FCFS within a flow");
+                                }
+                                last_left.insert((priority, f), key);
+                                prop_assert!(ended.insert(key, "dispatched").is_none());
+                            }
+                            None if saturation >= 1.0 => {
+                                let after: Vec<u64> = BANDS.iter().map(|&p| fc.band_len(p)).collect();
+                                prop_assert_eq!(before, after, "a saturated cycle changes nothing");
+                            }
+                            None => {}
+                        }
+                    }
+                    Op::Wait(ms) => {
+                        now_us += ms * 1000;
+                        fc.expire(now_us, &mut expired);
+                        for f in expired.drain(..) {
+                            prop_assert_eq!(f.outcome, QueueOutcome::EvictedTtl);
+                            prop_assert!(ended.insert(f.key, "expired").is_none());
+                        }
+                    }
+                    Op::Cancel(n) => {
+                        if let Some(&(key, _, _)) = sent.get(n) {
+                            let waiting = fc.holds(key);
+                            let cancelled = fc.cancel(key);
+                            prop_assert_eq!(waiting, cancelled.is_some());
+                            if cancelled.is_some() {
+                                prop_assert!(ended.insert(key, "cancelled").is_none());
+                            }
+                        }
+                    }
+                    Op::Sweep => fc.sweep(),
+                }
+                prop_assert!(fc.len() <= 12);
+                prop_assert!(fc.band_len(2) <= 4 && fc.band_len(0) <= 6);
+                prop_assert!(fc.band_len(-1) <= 3 && fc.band_len(-3) <= 3);
+                let waiting = sent.iter().filter(|(k, _, _)| fc.holds(*k)).count();
+                prop_assert_eq!(waiting + ended.len(), sent.len(), "every request ended once or waits");
+                prop_assert!(fc.len() as usize >= waiting, "finalized items may linger, never the reverse");
+            }
+            fc.sweep();
+            let waiting = sent.iter().filter(|(k, _, _)| fc.holds(*k)).count() as u64;
+            prop_assert_eq!(fc.len(), waiting, "after a sweep only waiting requests remain");
+        }
+    }
+}
