@@ -126,3 +126,24 @@ fn a_band_without_priority_is_refused_with_its_scenario_path() {
         Ok(_) => panic!("expected a refusal"),
     }
 }
+
+/// Every invariant of docs/INVARIANTS.md holds after every instant of the burst under flow
+/// control, with and without client timeouts racing the queue (a checked run, with the
+/// determinism rerun).
+#[test]
+fn flow_control_keeps_every_invariant() {
+    use blis_actors::swarm::{CheckOptions, run_checked};
+    let data = blis_costmodel::CostData::embedded();
+    let timeouts = scenario("on-ttl5s").replace(
+        "      output_tokens: { dist: uniform, min: 100, max: 200 }\n",
+        "      output_tokens: { dist: uniform, min: 100, max: 200 }\n      timeout_s: 2\n",
+    );
+    for text in [scenario("on-ttl5s"), timeouts] {
+        let parsed = blis_contracts::Scenario::parse(&text).unwrap();
+        let options = CheckOptions { fault: None, determinism: true };
+        let checked = run_checked(&parsed, 7, &data, options).unwrap();
+        assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+        assert_eq!(checked.ending, "settled");
+        assert!(checked.calls > 500);
+    }
+}
