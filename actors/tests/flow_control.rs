@@ -147,3 +147,17 @@ fn flow_control_keeps_every_invariant() {
         assert!(checked.calls > 500);
     }
 }
+
+/// One flow controller per InferencePool (per served model): a burst saturating the Llama pool
+/// sheds and expires its sheddable calls, while the same class on the idle Qwen pool is
+/// dispatched at once.
+#[test]
+fn each_pool_has_its_own_flow_controller() {
+    let text = "seed: 5\nframe: { replications: 1 }\ncluster:\n  network: { client_router_us: 500, router_engine_us: 100 }\n  router:\n    config:\n      apiVersion: llm-d.ai/v1alpha1\n      kind: EndpointPickerConfig\n      featureGates: [flowControl]\n      flowControl:\n        defaultRequestTTL: 2s\n        defaultNegativePriorityBand: { maxRequests: 5 }\n      plugins: [{ type: queue-scorer }]\n  pools:\n    - name: llama\n      replicas: 1\n      hardware: { chip: H100-SXM }\n      model: Llama-3.1-8B\n      engine: { kind: vllm, version: \"0.15.1\", args: { max_num_seqs: 8 } }\n    - name: qwen\n      replicas: 1\n      hardware: { chip: H100-SXM }\n      model: Qwen2.5-7B\n      engine: { kind: vllm, version: \"0.15.1\", args: {} }\nworkload:\n  clients:\n    - name: llama\n      model: Llama-3.1-8B\n      slo_class: batch\n      requests: 300\n      arrival: { process: poisson, rate_per_s: 60 }\n      input_tokens: { dist: uniform, min: 300, max: 700 }\n      output_tokens: { dist: uniform, min: 100, max: 200 }\n    - name: qwen\n      model: Qwen2.5-7B\n      slo_class: batch\n      requests: 40\n      arrival: { process: poisson, rate_per_s: 4 }\n      input_tokens: { dist: uniform, min: 50, max: 100 }\n      output_tokens: { dist: constant, value: 20 }\n";
+    let (by_client, fates) = tally(text);
+    assert_eq!(fates.completed + fates.dropped, fates.arrivals);
+    let (calls, completed, dropped, _) = &by_client["qwen"];
+    assert_eq!((completed, dropped.len()), (calls, 0), "{dropped:?}");
+    let (_, _, dropped, _) = &by_client["llama"];
+    assert!(dropped.get(SHED).is_some_and(|&n| n > 0), "{dropped:?}");
+}
