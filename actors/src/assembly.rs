@@ -187,6 +187,18 @@ pub fn assemble(
     let spec = &scenario.cluster.router;
     let (llmd, router_record) = if spec.is_llmd() {
         let (wiring, record) = llmd_router(spec, &endpoints, streams, sources.len(), &options.base_dir)?;
+        let untimed =
+            wiring.router.config().flow_control.as_ref().is_some_and(|f| f.default_request_ttl_us == 0);
+        if untimed && scenario.horizon_s.is_none() {
+            let at =
+                if spec.config.is_some() { "cluster.router.config" } else { "cluster.router.config_file" };
+            return Err(FieldError::new(
+                format!("{at}.flowControl.defaultRequestTTL"),
+                "\"0s\"",
+                "without a TTL a request can wait in flow control for ever (upstream waits until the client goes away), \
+                 so the run might not end; give the scenario a horizon_s or the flow control a TTL",
+            ));
+        }
         (Some(wiring), record)
     } else {
         (None, serde_json::to_value(spec).expect("a router spec serialises"))

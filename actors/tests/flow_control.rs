@@ -161,3 +161,24 @@ fn each_pool_has_its_own_flow_controller() {
     let (_, _, dropped, _) = &by_client["llama"];
     assert!(dropped.get(SHED).is_some_and(|&n| n > 0), "{dropped:?}");
 }
+
+/// A flow control without TTL (`"0s"`) can hold a request for ever, so a run without a horizon
+/// is refused (it might not end); with a horizon it runs.
+#[test]
+fn no_ttl_needs_a_horizon() {
+    let text = scenario("on-defaults").replace(
+        "      featureGates: [flowControl]\n",
+        "      featureGates: [flowControl]\n      flowControl: { defaultRequestTTL: 0s }\n",
+    );
+    match run(&text, options(), &mut |_| {}) {
+        Err(RunError::Input(e)) => {
+            assert_eq!(e.path, "cluster.router.config.flowControl.defaultRequestTTL", "{e}");
+            assert!(e.cause.contains("give the scenario a horizon_s"), "{e}");
+        }
+        Err(other) => panic!("expected a refusal, got {other}"),
+        Ok(_) => panic!("expected a refusal"),
+    }
+    let bounded = text.replace("seed: 7\n", "seed: 7\nhorizon_s: 40\n");
+    let out = run(&bounded, options(), &mut |_| {}).unwrap();
+    assert_eq!(out.result.fates.dropped, 0);
+}
