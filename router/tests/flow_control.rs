@@ -333,13 +333,15 @@ mod properties {
         /// most once (dispatched, refused, expired or cancelled) and is otherwise still waiting;
         /// the limits are never exceeded; a saturated cycle dispatches nothing; a dispatch
         /// comes from the highest band holding anything; within one flow, requests leave in
-        /// arrival order (FCFS); and the controller's counts match what is waiting.
+        /// arrival order (FCFS, under global-strict fairness in band 2 and the negative bands, round-robin
+        /// in band 0); and the controller's counts match what is waiting.
         #[test]
         fn the_controller_keeps_its_invariants(ops in prop::collection::vec(op(), 1..200)) {
             let config = load_yaml(
                 &format!(
-                    "{HEAD}flowControl:\n  defaultRequestTTL: 50ms\n  maxRequests: 12\n  \
-                     priorityBands: [{{priority: 2, maxRequests: 4}}, {{priority: 0, maxRequests: 6}}]\n  \
+                    "{HEAD}plugins:\n- {{name: rr, type: round-robin-fairness-policy}}\n\
+                     flowControl:\n  defaultRequestTTL: 50ms\n  maxRequests: 12\n  \
+                     priorityBands: [{{priority: 2, maxRequests: 4}}, {{priority: 0, maxRequests: 6, fairnessPolicyRef: rr}}]\n  \
                      defaultNegativePriorityBand: {{maxRequests: 3}}\n"
                 ),
                 LoadOptions::default(),

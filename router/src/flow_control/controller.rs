@@ -12,6 +12,7 @@
 //! [`FlowController::expire`] at deadlines and [`FlowController::sweep`] on every 1 s tick.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound::{Excluded, Included, Unbounded};
 use std::sync::Arc;
 
 use super::config::{BandConfig, FlowControlConfig};
@@ -341,20 +342,16 @@ impl Band {
                 .min()
                 .map(|(_, id)| id.clone()),
             Fairness::RoundRobin => {
-                let ids: Vec<&Arc<str>> = self.flows.keys().collect();
-                if ids.is_empty() {
-                    self.last_served = None;
-                    return None;
-                }
-                let start = self
-                    .last_served
-                    .as_ref()
-                    .and_then(|last| ids.iter().position(|id| *id == last))
-                    .map_or(0, |at| (at + 1) % ids.len());
-                let picked = (0..ids.len())
-                    .map(|i| ids[(start + i) % ids.len()])
-                    .find(|id| !self.flows[*id].items.is_empty())
-                    .cloned();
+                let non_empty = |(id, flow): (&Arc<str>, &Flow)| (!flow.items.is_empty()).then(|| id.clone());
+                let last = self.last_served.as_deref().filter(|l| self.flows.contains_key(*l));
+                let picked = match last {
+                    Some(last) => {
+                        self.flows.range::<str, _>((Excluded(last), Unbounded)).find_map(non_empty).or_else(
+                            || self.flows.range::<str, _>((Unbounded, Included(last))).find_map(non_empty),
+                        )
+                    }
+                    None => self.flows.iter().find_map(non_empty),
+                };
                 self.last_served = picked.clone();
                 picked
             }
