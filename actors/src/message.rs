@@ -76,8 +76,8 @@ pub struct CallRequest {
     pub model: Arc<str>,
     /// Whether the engine reports its first token to the router.
     pub report_first_token: bool,
-    /// Its `x-llm-d-inference-fairness-id` header, when its client sets one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its `x-llm-d-inference-fairness-id` header, when its client sets one (always encoded: the
+    /// message log's bincode cannot skip fields).
     pub fairness_id: Option<Arc<str>>,
 }
 
