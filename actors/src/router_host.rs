@@ -7,7 +7,12 @@
 //! sent to. llm-d's router learns of the engines only by scrape: each endpoint is scraped on the
 //! metrics source's interval, on its own phase (drawn once per endpoint), by a message the engine
 //! answers with its Prometheus gauges, so every decision rests on figures as old as the last
-//! scrape that came back. Scraping stops once every client has said it is done.
+//! scrape that came back. With llm-d's `flowControl` gate on, a request first waits in its pool's
+//! flow controller (`blis_router::flow_control`): the host offers it on arrival, runs the
+//! dispatch cycle after each arrival and on every whole millisecond while anything waits,
+//! answers TTL expiries at their deadlines, sweeps finalized items every second, and schedules
+//! each dispatched request at once — all in its own time advance, no extra message kind.
+//! Scraping stops once every client has said it is done and nothing waits in flow control.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -68,7 +73,7 @@ struct FlowState {
     last_sweep_us: u64,
     /// Scratch for expiries.
     finished: Vec<Finished>,
-    /// The fairness id every request gets (no request carries the header).
+    /// The fairness id of a request whose client sets none (`default-flow`).
     default_flow: Arc<str>,
 }
 
@@ -282,6 +287,7 @@ impl RouterHost {
         }
     }
 
+    /// Answer call `key` with a refusal: `router_<status>: <reason>`.
     fn refuse(
         &mut self,
         key: u64,
