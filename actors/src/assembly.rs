@@ -189,6 +189,18 @@ pub fn assemble(
         let pool_labels: Vec<_> = scenario.cluster.pools.iter().map(|p| &p.labels).collect();
         let (wiring, record) =
             llmd_router(spec, &endpoints, &pool_labels, streams, sources.len(), &options.base_dir)?;
+        let untimed =
+            wiring.router.config().flow_control.as_ref().is_some_and(|f| f.default_request_ttl_us == 0);
+        if untimed && scenario.horizon_s.is_none() {
+            let at =
+                if spec.config.is_some() { "cluster.router.config" } else { "cluster.router.config_file" };
+            return Err(FieldError::new(
+                format!("{at}.flowControl.defaultRequestTTL"),
+                "\"0s\"",
+                "without a TTL a request can wait in flow control for ever (upstream waits until the client goes away), \
+                 so the run might not end; give the scenario a horizon_s or the flow control a TTL",
+            ));
+        }
         (Some(wiring), record)
     } else {
         (None, serde_json::to_value(spec).expect("a router spec serialises"))
@@ -229,6 +241,7 @@ pub fn assemble(
             model: Arc::from(model),
             notify_done,
             ledger: ledger.clone(),
+            fairness_id: client_source.fairness_id.as_deref().map(Arc::from),
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;
@@ -387,6 +400,28 @@ fn llmd_router(
         })).collect::<Vec<_>>(),
         "warnings": config.warnings,
     });
+    let mut record = record;
+    if let Some(flow) = &config.flow_control {
+        let band = |b: &blis_router::flow_control::BandConfig| {
+            json!({
+                "priority": b.priority,
+                "ordering": name(b.ordering_plugin),
+                "fairness": name(b.fairness_plugin),
+                "max_bytes": b.max_bytes,
+                "max_requests": b.max_requests,
+            })
+        };
+        record["flow_control"] = json!({
+            "max_bytes": flow.max_bytes,
+            "max_requests": flow.max_requests,
+            "default_request_ttl_us": flow.default_request_ttl_us,
+            "priority_bands": flow.bands.values().rev().map(band).collect::<Vec<_>>(),
+            "default_priority_band": band(&flow.default_band),
+            "default_negative_priority_band": flow.default_negative_band.as_ref().map(band),
+            "usage_limit_policy": name(flow.usage_limit_plugin),
+            "usage_limit_threshold": flow.usage_limit.threshold,
+        });
+    }
     let table = endpoints
         .iter()
         .map(|(_, name, pool)| blis_router::Endpoint {

@@ -93,6 +93,8 @@ pub struct ClientWiring {
     pub notify_done: bool,
     /// Where ended requests' call records go.
     pub ledger: CallLedger,
+    /// The fairness-id header its requests carry, if any.
+    pub fairness_id: Option<Arc<str>>,
 }
 
 /// What the client knows of one LLM call.
@@ -173,6 +175,8 @@ pub struct Client {
     last_arrival_us: u64,
     released: Option<Vec<RequestSpec>>,
     model: Arc<str>,
+    /// The fairness-id header its requests carry.
+    fairness_id: Option<Arc<str>>,
     /// Whether it still has to tell the router it is done.
     notify_done: bool,
     last_transition: SimTime,
@@ -192,6 +196,7 @@ impl Client {
             model,
             notify_done,
             ledger,
+            fairness_id,
         } = wiring;
         let component = format!("client/{name}");
         let mut client = Client {
@@ -223,6 +228,7 @@ impl Client {
             last_arrival_us: 0,
             released: keep_released.then(Vec::new),
             model,
+            fairness_id,
             notify_done,
             last_transition: SimTime::ZERO,
         };
@@ -459,6 +465,7 @@ impl Client {
             request: engine_request,
             model: self.model.clone(),
             report_first_token: false,
+            fairness_id: self.fairness_id.clone(),
         };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }

@@ -76,6 +76,9 @@ pub struct CallRequest {
     pub model: Arc<str>,
     /// Whether the engine reports its first token to the router.
     pub report_first_token: bool,
+    /// Its `x-llm-d-inference-fairness-id` header, when its client sets one (always encoded: the
+    /// message log's bincode cannot skip fields).
+    pub fairness_id: Option<Arc<str>>,
 }
 
 /// A call an engine finished.
@@ -159,6 +162,7 @@ mod tests {
             },
             model: Arc::from("m"),
             report_first_token: false,
+            fairness_id: None,
         }));
         let completion = ClusterMessage::Completion(Box::new(CallCompletion {
             key: 0,

@@ -7,7 +7,12 @@
 //! sent to. llm-d's router learns of the engines only by scrape: each endpoint is scraped on the
 //! metrics source's interval, on its own phase (drawn once per endpoint), by a message the engine
 //! answers with its Prometheus gauges, so every decision rests on figures as old as the last
-//! scrape that came back. Scraping stops once every client has said it is done.
+//! scrape that came back. With llm-d's `flowControl` gate on, a request first waits in its pool's
+//! flow controller (`blis_router::flow_control`): the host offers it on arrival, runs the
+//! dispatch cycle after each arrival and on every whole millisecond while anything waits,
+//! answers TTL expiries at their deadlines, sweeps finalized items every second, and schedules
+//! each dispatched request at once — all in its own time advance, no extra message kind.
+//! Scraping stops once every client has said it is done and nothing waits in flow control.
 //!
 //! Sessions: every call carries the header `x-session-id` naming its workload request (a
 //! multi-turn conversation is one request, so all its turns share it), and echoes the session
@@ -18,6 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use blis_kernel::{Actor, ActorId, Context, Event, Outbox, SimDuration, SimTime, Streams, TimeAdvance};
+use blis_router::flow_control::config::{CLEANUP_SWEEP_INTERVAL_US, DISPATCH_TICK_US};
+use blis_router::flow_control::{DEFAULT_FAIRNESS_ID, Finished, FlowController, Ticket};
 use blis_router::{Decision, EndpointIndex, RoundRobin, Router, RouterRng, RoutingRequest};
 
 use crate::client::REQUEST_KEY_MASK;
@@ -58,6 +65,8 @@ struct Llmd {
     scrapes: ScrapeSchedule,
     clients_left: usize,
     report_first_token: bool,
+    /// Flow control, when its gate is on.
+    flow: Option<FlowState>,
     /// Whether a plugin reads request headers.
     reads_headers: bool,
     /// Per session (a call key's request bits), the session tokens written on its last
@@ -83,6 +92,50 @@ impl Llmd {
                 Some(slot) => slot.1 = value,
                 None => echoed.push((name, value)),
             }
+        }
+    }
+
+    /// The headers `call` carries: its session id and the session tokens echoed back.
+    fn build_headers(&mut self, call: &CallRequest) {
+        self.headers.clear();
+        if self.reads_headers {
+            let session = call.request.key & REQUEST_KEY_MASK;
+            self.headers.push((SESSION_ID_HEADER.to_owned(), format!("{session:016x}")));
+            if let Some(echoed) = self.echoed.get(&session) {
+                self.headers.extend(echoed.iter().cloned());
+            }
+        }
+    }
+}
+
+/// Flow control's state in the host: one controller per InferencePool (per served model, as
+/// the gateway picks a pool by model), the calls waiting in them, and the ticks already run.
+struct FlowState {
+    /// Per model (in `models` order), its pool's controller.
+    controllers: Vec<FlowController>,
+    /// The waiting calls, with their model's index.
+    held: BTreeMap<u64, (Box<CallRequest>, usize)>,
+    /// The last dispatch tick run, µs.
+    last_tick_us: Option<u64>,
+    /// The last cleanup sweep run, µs.
+    last_sweep_us: u64,
+    /// Scratch for expiries.
+    finished: Vec<Finished>,
+    /// The fairness id of a request whose client sets none (`default-flow`).
+    default_flow: Arc<str>,
+}
+
+impl FlowState {
+    /// When the host must next act for flow control: the next 1 ms dispatch tick while any
+    /// queue holds an item (finalized ones included: a cycle takes them off), and the earliest
+    /// TTL deadline.
+    fn next_wake_us(&self, now_us: u64) -> Option<u64> {
+        let busy = self.controllers.iter().any(|c| !c.is_empty());
+        let tick = busy.then(|| (now_us / DISPATCH_TICK_US + 1) * DISPATCH_TICK_US);
+        let deadline = self.controllers.iter().filter_map(FlowController::next_deadline_us).min();
+        match (tick, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -181,6 +234,14 @@ impl RouterHost {
                     .collect();
                 let report_first_token = wiring.router.wants_first_chunk();
                 let reads_headers = wiring.router.reads_headers();
+                let flow = wiring.router.config().flow_control.clone().map(|config| FlowState {
+                    controllers: models.iter().map(|_| FlowController::new(config.clone())).collect(),
+                    held: BTreeMap::new(),
+                    last_tick_us: None,
+                    last_sweep_us: 0,
+                    finished: Vec::new(),
+                    default_flow: Arc::from(DEFAULT_FAIRNESS_ID),
+                });
                 Policy::Llmd(Box::new(Llmd {
                     router: wiring.router,
                     rng: RouterRng {
@@ -190,6 +251,7 @@ impl RouterHost {
                     scrapes: ScrapeSchedule::new(wiring.refresh_interval_us, phases, wiring.source_periods),
                     clients_left: wiring.clients,
                     report_first_token,
+                    flow,
                     reads_headers,
                     echoed: BTreeMap::new(),
                     headers: Vec::new(),
@@ -230,33 +292,37 @@ impl RouterHost {
             (Policy::RoundRobin(_), None) => {
                 (Err((503, "no endpoint serves the model".to_owned())), "round-robin", None)
             }
+            (Policy::Llmd(llmd), Some(m)) if llmd.flow.is_some() => {
+                call.report_first_token = llmd.report_first_token;
+                self.enqueue(call, m, now, out);
+                return;
+            }
             (Policy::Llmd(llmd), m) => {
                 let candidates: &[EndpointIndex] = m.map_or(&[], |m| &self.models[m].1);
-                let output_tokens = call.request.output_token_ids.len() as u64;
-                llmd.headers.clear();
-                if llmd.reads_headers {
-                    let session = call.request.key & REQUEST_KEY_MASK;
-                    llmd.headers.push((SESSION_ID_HEADER.to_owned(), format!("{session:016x}")));
-                    if let Some(echoed) = llmd.echoed.get(&session) {
-                        llmd.headers.extend(echoed.iter().cloned());
-                    }
-                }
-                let request = RoutingRequest {
-                    key: call.request.key,
-                    model: &call.model,
-                    prompt_token_ids: &call.request.prompt_token_ids,
-                    priority: -call.request.priority,
-                    cache_salt: &[],
-                    max_tokens: Some(output_tokens),
-                    headers: &llmd.headers,
-                };
                 call.report_first_token = llmd.report_first_token;
-                match llmd.router.route(&request, candidates, now.as_micros(), &mut llmd.rng) {
-                    Decision::Routed { endpoint, score, .. } => (Ok(endpoint), "llm-d", Some(score)),
-                    Decision::Refused { status, reason } => (Err((status, reason)), "llm-d", None),
-                }
+                llmd.build_headers(&call);
+                let decision = llmd.router.route(
+                    &routing_request(&call, &llmd.headers),
+                    candidates,
+                    now.as_micros(),
+                    &mut llmd.rng,
+                );
+                let (picked, score) = decided(decision);
+                (picked, "llm-d", score)
             }
         };
+        self.deliver(call, picked, policy, score, out);
+    }
+
+    /// Send `call` where the router picked, or answer it with the refusal.
+    fn deliver(
+        &mut self,
+        call: Box<CallRequest>,
+        picked: Result<EndpointIndex, (u16, String)>,
+        policy: &str,
+        score: Option<f64>,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
         match picked {
             Ok(endpoint) => {
                 self.routed += 1;
@@ -275,24 +341,155 @@ impl RouterHost {
                 self.destinations.insert(call.request.key, engine);
                 out.send(engine, self.delay_to_engine, ClusterMessage::Request(call));
             }
-            Err((status, reason)) => {
-                self.refused += 1;
+            Err((status, reason)) => self.refuse(call.request.key, call.client, status, &reason, out),
+        }
+    }
+
+    /// Answer call `key` with a refusal: `router_<status>: <reason>`.
+    fn refuse(
+        &mut self,
+        key: u64,
+        client: ActorId,
+        status: u16,
+        reason: &str,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
+        self.refused += 1;
+        if let Some(notes) = out.notes() {
+            notes
+                .decision("decisions", "refuse")
+                .arg("request", key)
+                .arg("status", u64::from(status))
+                .arg("reason", reason);
+        }
+        let rejection = CallRejection {
+            key,
+            client,
+            instance: Arc::from("router"),
+            reason: format!("router_{status}: {reason}"),
+        };
+        out.send(client, self.delay_to_client, ClusterMessage::Rejection(Box::new(rejection)));
+    }
+
+    /// Flow control on: offer `call` to its pool's controller, then run the dispatch cycle the
+    /// enqueue triggers.
+    fn enqueue(
+        &mut self,
+        call: Box<CallRequest>,
+        model: usize,
+        now: SimTime,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
+        let Policy::Llmd(llmd) = &mut self.policy else { unreachable!("flow control is llm-d's") };
+        let flow = llmd.flow.as_mut().expect("flow control is on");
+        let ticket = Ticket {
+            key: call.request.key,
+            priority: -call.request.priority,
+            fairness_id: call.fairness_id.clone().unwrap_or_else(|| flow.default_flow.clone()),
+            byte_size: blis_router::flow_control::body_bytes(
+                &call.model,
+                &call.request.prompt_token_ids,
+                Some(call.request.output_token_ids.len() as u64),
+            ),
+            received_us: now.as_micros(),
+        };
+        let (key, client) = (call.request.key, call.client);
+        match flow.controllers[model].enqueue(ticket, now.as_micros()) {
+            Ok(()) => {
                 if let Some(notes) = out.notes() {
                     notes
-                        .decision("decisions", "refuse")
-                        .arg("request", call.request.key)
-                        .arg("status", u64::from(status))
-                        .arg("reason", reason.as_str());
+                        .decision("decisions", "enqueue")
+                        .arg("request", key)
+                        .arg("priority", -call.request.priority);
                 }
-                let rejection = CallRejection {
-                    key: call.request.key,
-                    client: call.client,
-                    instance: Arc::from("router"),
-                    reason: format!("router_{status}: {reason}"),
-                };
-                out.send(call.client, self.delay_to_client, ClusterMessage::Rejection(Box::new(rejection)));
+                flow.held.insert(key, (call, model));
+            }
+            Err(finished) => self.finish(finished, client, out),
+        }
+        self.dispatch_cycle(model, now, out);
+    }
+
+    /// One dispatch cycle of `model`'s pool; a dispatched call is scheduled at once.
+    fn dispatch_cycle(&mut self, model: usize, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        let Policy::Llmd(llmd) = &mut self.policy else { unreachable!("flow control is llm-d's") };
+        let flow = llmd.flow.as_mut().expect("flow control is on");
+        let pool = &self.models[model].1;
+        let saturation = llmd.router.saturation(pool, now.as_micros());
+        let Some(key) = flow.controllers[model].dispatch_cycle(saturation, pool.is_empty()) else { return };
+        let (call, _) = flow.held.remove(&key).expect("a dispatched call was held");
+        if let Some(notes) = out.notes() {
+            notes.decision("decisions", "dispatch").arg("request", key).arg("saturation", saturation);
+        }
+        llmd.build_headers(&call);
+        let decision = llmd.router.schedule(
+            &routing_request(&call, &llmd.headers),
+            pool,
+            now.as_micros(),
+            &mut llmd.rng,
+        );
+        let (picked, score) = decided(decision);
+        self.deliver(call, picked, "llm-d", score, out);
+    }
+
+    /// Answer a call flow control finished without dispatching.
+    fn finish(&mut self, finished: Finished, client: ActorId, out: &mut Outbox<ClusterMessage>) {
+        let refusal = blis_router::flow_control::translate(finished.outcome, Some(finished.cause), false)
+            .expect("a finished call was not dispatched");
+        self.refuse(finished.key, client, refusal.status, &refusal.reason(), out);
+    }
+
+    /// Flow control's timed work at `now`: TTL expiries (answered at once), then the cleanup
+    /// sweep on its 1 s tick.
+    fn flow_timers(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        let Policy::Llmd(llmd) = &mut self.policy else { return };
+        let Some(flow) = llmd.flow.as_mut() else { return };
+        let now_us = now.as_micros();
+        let mut finished = std::mem::take(&mut flow.finished);
+        for controller in &mut flow.controllers {
+            controller.expire(now_us, &mut finished);
+        }
+        if now_us > 0 && now_us.is_multiple_of(CLEANUP_SWEEP_INTERVAL_US) && flow.last_sweep_us != now_us {
+            flow.last_sweep_us = now_us;
+            flow.controllers.iter_mut().for_each(FlowController::sweep);
+        }
+        for f in finished.drain(..) {
+            let Policy::Llmd(llmd) = &mut self.policy else { unreachable!() };
+            let flow = llmd.flow.as_mut().expect("flow control is on");
+            let (call, _) = flow.held.remove(&f.key).expect("an expired call was held");
+            self.finish(f, call.client, out);
+        }
+        let Policy::Llmd(llmd) = &mut self.policy else { unreachable!() };
+        llmd.flow.as_mut().expect("flow control is on").finished = finished;
+    }
+
+    /// The 1 ms dispatch tick: one cycle per pool holding items.
+    fn dispatch_tick(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        let now_us = now.as_micros();
+        if now_us == 0 || !now_us.is_multiple_of(DISPATCH_TICK_US) {
+            return;
+        }
+        let Policy::Llmd(llmd) = &mut self.policy else { return };
+        let Some(flow) = llmd.flow.as_mut() else { return };
+        if flow.last_tick_us == Some(now_us) {
+            return;
+        }
+        flow.last_tick_us = Some(now_us);
+        for model in 0..flow.controllers.len() {
+            let Policy::Llmd(llmd) = &self.policy else { unreachable!() };
+            if !llmd.flow.as_ref().expect("flow control is on").controllers[model].is_empty() {
+                self.dispatch_cycle(model, now, out);
             }
         }
+    }
+
+    /// The client gave up on a call still waiting in flow control: finalize it there (it never
+    /// reached an engine, so nothing is forwarded). Whether it was waiting.
+    fn cancel_held(&mut self, key: u64) -> bool {
+        let Policy::Llmd(llmd) = &mut self.policy else { return false };
+        let Some(flow) = llmd.flow.as_mut() else { return false };
+        let Some((_, model)) = flow.held.remove(&key) else { return false };
+        flow.controllers[model].cancel(key).expect("a held call waits in its controller");
+        true
     }
 
     fn settled(&mut self, key: u64) {
@@ -309,13 +506,43 @@ impl RouterHost {
     }
 }
 
+/// What the router reads of a call, with the headers it carries.
+fn routing_request<'a>(call: &'a CallRequest, headers: &'a [(String, String)]) -> RoutingRequest<'a> {
+    RoutingRequest {
+        key: call.request.key,
+        model: &call.model,
+        prompt_token_ids: &call.request.prompt_token_ids,
+        priority: -call.request.priority,
+        cache_salt: &[],
+        max_tokens: Some(call.request.output_token_ids.len() as u64),
+        headers,
+    }
+}
+
+/// A decision as the host delivers it: the endpoint or the refusal, and the winner's score.
+fn decided(decision: Decision) -> (Result<EndpointIndex, (u16, String)>, Option<f64>) {
+    match decision {
+        Decision::Routed { endpoint, score, .. } => (Ok(endpoint), Some(score)),
+        Decision::Refused { status, reason } => (Err((status, reason)), None),
+    }
+}
+
 impl Actor<ClusterMessage> for RouterHost {
     fn time_advance(&self) -> TimeAdvance {
         match &self.policy {
-            Policy::Llmd(llmd) => match llmd.scrapes.next.first() {
-                Some(&(at, _, _)) => TimeAdvance::until(self.last_transition, SimTime::from_micros(at)),
-                None => TimeAdvance::Passive,
-            },
+            Policy::Llmd(llmd) => {
+                let scrape = llmd.scrapes.next.first().map(|&(at, _, _)| at);
+                let flow = llmd.flow.as_ref().and_then(|f| f.next_wake_us(self.last_transition.as_micros()));
+                match (scrape, flow) {
+                    (Some(a), Some(b)) => {
+                        TimeAdvance::until(self.last_transition, SimTime::from_micros(a.min(b)))
+                    }
+                    (Some(at), None) | (None, Some(at)) => {
+                        TimeAdvance::until(self.last_transition, SimTime::from_micros(at))
+                    }
+                    (None, None) => TimeAdvance::Passive,
+                }
+            }
             Policy::RoundRobin(_) => TimeAdvance::Passive,
         }
     }
@@ -327,11 +554,13 @@ impl Actor<ClusterMessage> for RouterHost {
         out: &mut Outbox<ClusterMessage>,
     ) {
         let now = ctx.now.time;
+        self.flow_timers(now, out);
         if let Event::External(bag) | Event::Confluent(bag) = event {
             for envelope in bag {
                 let sender = envelope.sender;
                 match envelope.payload {
                     ClusterMessage::Request(call) => self.route(call, now, out),
+                    ClusterMessage::Abort(abort) if self.cancel_held(abort.key) => {}
                     ClusterMessage::Abort(abort) => {
                         // An abort for a call already answered has nowhere to go.
                         if let Some(engine) = self.destinations.remove(&abort.key) {
@@ -361,16 +590,19 @@ impl Actor<ClusterMessage> for RouterHost {
                     ClusterMessage::ClientDone => {
                         if let Policy::Llmd(llmd) = &mut self.policy {
                             llmd.clients_left = llmd.clients_left.saturating_sub(1);
-                            if llmd.clients_left == 0 {
-                                llmd.scrapes.next.clear();
-                            }
                         }
                     }
                     ClusterMessage::Scrape => {}
                 }
             }
         }
+        self.dispatch_tick(now, out);
         if let Policy::Llmd(llmd) = &mut self.policy {
+            // Scraping stops once every client is done and no call waits in flow control (a
+            // waiting call needs fresh figures to be dispatched).
+            if llmd.clients_left == 0 && llmd.flow.as_ref().is_none_or(|f| f.held.is_empty()) {
+                llmd.scrapes.next.clear();
+            }
             while let Some(&(at, endpoint, tick)) = llmd.scrapes.next.first()
                 && at <= now.as_micros()
             {

@@ -162,6 +162,10 @@ pub struct ClientSpec {
     /// Abort a call not answered this many seconds after it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
+    /// The `x-llm-d-inference-fairness-id` header its requests carry: their flow within a
+    /// priority band under llm-d's flow control (absent: `default-flow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness_id: Option<String>,
     /// The model its requests name (default: the one model the cluster serves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -215,6 +219,9 @@ impl ClientSpec {
         self.priority.or(self.slo_class.map(SloClass::priority)).unwrap_or(0)
     }
 }
+
+/// The longest `fairness_id` accepted, bytes.
+pub const MAX_FAIRNESS_ID_BYTES: usize = 256;
 
 /// System prompts shared by groups of requests, written `{groups: 4, tokens: 512}`: each
 /// request draws one of `groups` prompts of `tokens` tokens uniformly and puts it before its own
@@ -805,6 +812,17 @@ impl Workload {
                     ));
                 }
                 check_seconds(&format!("{path}.timeout_s"), timeout)?;
+            }
+            if let Some(id) = &client.fairness_id
+                && (id.is_empty() || id.len() > MAX_FAIRNESS_ID_BYTES || id.chars().any(char::is_control))
+            {
+                return Err(FieldError::new(
+                    format!("{path}.fairness_id"),
+                    format!("{id:?}"),
+                    format!(
+                        "a header value of 1 to {MAX_FAIRNESS_ID_BYTES} bytes without control characters"
+                    ),
+                ));
             }
         }
         Ok(())

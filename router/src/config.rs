@@ -5,7 +5,8 @@
 //! instantiation (each factory decoding its parameters strictly or ignoring them, as upstream's
 //! does), the system defaults upstream injects (default profile, single-profile handler,
 //! max-score picker and scorer weight 1, the flow-control policies, the three parsers, the
-//! utilization detector, the metrics data source), deep validation, profile assembly, data
+//! utilization detector, the metrics data source), deep validation, profile assembly, the
+//! `flowControl` section when its gate is on (`crate::flow_control::config`), data
 //! producers created for required data keys, and the Alpha-stability check. Where upstream's
 //! choice depends on Go map order (the default profile's plugin order, the picker injected into
 //! a picker-less profile), the first in configuration order is taken. Every refusal names its
@@ -40,11 +41,11 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn at(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    pub(crate) fn at(path: impl Into<String>, reason: impl Into<String>) -> ConfigError {
         ConfigError { path: path.into(), value: None, reason: reason.into() }
     }
 
-    fn value(path: impl Into<String>, value: &str, reason: impl Into<String>) -> ConfigError {
+    pub(crate) fn value(path: impl Into<String>, value: &str, reason: impl Into<String>) -> ConfigError {
         ConfigError { path: path.into(), value: Some(format!("{value:?}")), reason: reason.into() }
     }
 }
@@ -119,6 +120,9 @@ pub struct RouterConfig {
     pub producers: Vec<usize>,
     /// Feature gates with their values.
     pub feature_gates: BTreeMap<String, bool>,
+    /// The flow-control layer, when the `flowControl` gate is on (otherwise the legacy
+    /// admission runs).
+    pub flow_control: Option<std::sync::Arc<crate::flow_control::FlowControlConfig>>,
     /// Lines upstream would log: deprecations, ignored sections, clamps.
     pub warnings: Vec<String>,
     /// Settings accepted but without effect here.
@@ -212,22 +216,24 @@ struct RawRequestHandler {
     parsers: Vec<RawRef>,
 }
 
+/// The `flowControl` section as written (bands and limits kept raw: the flow-control builder
+/// decodes them with their paths).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawFlowControl {
-    max_bytes: Option<Value>,
-    max_requests: Option<Value>,
+pub(crate) struct RawFlowControl {
+    pub(crate) max_bytes: Option<Value>,
+    pub(crate) max_requests: Option<Value>,
     #[serde(rename = "defaultRequestTTL")]
-    default_request_ttl: Option<Value>,
-    default_priority_band: Option<Value>,
-    default_negative_priority_band: Option<Value>,
+    pub(crate) default_request_ttl: Option<Value>,
+    pub(crate) default_priority_band: Option<Value>,
+    pub(crate) default_negative_priority_band: Option<Value>,
     #[serde(default)]
-    priority_bands: Vec<Value>,
+    pub(crate) priority_bands: Vec<Value>,
     #[serde(default)]
-    usage_limit_policy_plugin_ref: String,
+    pub(crate) usage_limit_policy_plugin_ref: String,
     saturation_detector: Option<RawRef>,
     #[serde(default)]
-    enable_eviction: bool,
+    pub(crate) enable_eviction: bool,
 }
 
 /// The built-in default config (`defaults.go::loadDefaultConfig`), as YAML a user could write.
@@ -409,13 +415,6 @@ fn feature_gates(gates: &[String]) -> Result<BTreeMap<String, bool>, ConfigError
             })?,
         };
         values.insert(name.to_owned(), value);
-        if name == "flowControl" && value {
-            return Err(ConfigError::value(
-                path,
-                gate,
-                "flow control is not modelled yet (it comes with the flow-control port); leave the flowControl gate off",
-            ));
-        }
     }
     Ok(values)
 }
@@ -499,7 +498,13 @@ impl Loader {
         let (profiles, handler) = self.build_profiles()?;
         self.resolve_handler(handler, &profiles)?;
         let data_sources = self.build_data_layer()?;
-        self.note_flow_control();
+        let flow_control = if self.feature_gates.get("flowControl") == Some(&true) {
+            let raw = self.raw.flow_control.clone().unwrap_or_default();
+            Some(std::sync::Arc::new(crate::flow_control::config::build(&raw, &self.plugins)?))
+        } else {
+            self.note_flow_control();
+            None
+        };
         let mut parsers = Vec::new();
         for (i, r) in parser_refs.iter().enumerate() {
             let at = self.index(r).expect("parsers were validated");
@@ -535,6 +540,7 @@ impl Loader {
             data_sources,
             producers,
             feature_gates: self.feature_gates,
+            flow_control,
             warnings: self.warnings,
             inert: self.inert,
         })
@@ -949,8 +955,7 @@ impl Loader {
         Ok(sources)
     }
 
-    /// The gate is off (a config turning it on was refused): settings other than the detector
-    /// are ignored, as upstream warns.
+    /// The gate is off: settings other than the detector are ignored, as upstream warns.
     fn note_flow_control(&mut self) {
         let Some(flow) = &self.raw.flow_control else { return };
         let set = [

@@ -2,7 +2,9 @@
 //! and scheduler make it.
 //!
 //! Order (`requestcontrol/director.go::HandleRequest`, `scheduling/scheduler.go::Schedule`):
-//! legacy admission (a sheddable request is refused while the pool is saturated) → candidates
+//! admission — the legacy one ([`Router::route`]: a sheddable request is refused while the pool is
+//! saturated), or, with the `flowControl` gate on, the wait in `crate::flow_control` the router
+//! host drives before [`Router::schedule`] → candidates
 //! (the endpoints serving the request's model, in name order) → data producers in dependency
 //! order → the profile handler → per profile: filters in order, each on the previous survivors
 //! (none left fails the profile) → scorers, each score clamped to 0..1, times its weight, summed
@@ -170,7 +172,7 @@ impl Router {
     }
 
     /// Decide where `request` goes among `candidates` (the endpoints serving its model, in
-    /// index order) at `now_us`.
+    /// index order) at `now_us`, through the legacy admission (the `flowControl` gate off).
     pub fn route(
         &mut self,
         request: &RoutingRequest,
@@ -178,12 +180,36 @@ impl Router {
         now_us: u64,
         rng: &mut RouterRng,
     ) -> Decision {
-        if request.priority < 0 {
-            let view = self.view(request, now_us);
-            if saturation(&view, self.config.saturation_detector, candidates) >= 1.0 {
-                return refused(429, "system saturated, sheddable request dropped");
-            }
+        if request.priority < 0 && self.saturation(candidates, now_us) >= 1.0 {
+            return refused(429, "system saturated, sheddable request dropped");
         }
+        self.schedule(request, candidates, now_us, rng)
+    }
+
+    /// The configured saturation detector's reading over `pool` at `now_us` (1 for no
+    /// endpoints): what the legacy admission and flow control's dispatch cycle gate on.
+    pub fn saturation(&self, pool: &[EndpointIndex], now_us: u64) -> f64 {
+        let request = RoutingRequest {
+            key: 0,
+            model: "",
+            prompt_token_ids: &[],
+            priority: 0,
+            cache_salt: &[],
+            max_tokens: None,
+            headers: &[],
+        };
+        saturation(&self.view(&request, now_us), self.config.saturation_detector, pool)
+    }
+
+    /// Schedule an admitted request (one flow control dispatched, or one the legacy admission
+    /// let through): candidates, producers, the profile, the pre-request hooks.
+    pub fn schedule(
+        &mut self,
+        request: &RoutingRequest,
+        candidates: &[EndpointIndex],
+        now_us: u64,
+        rng: &mut RouterRng,
+    ) -> Decision {
         if candidates.is_empty() {
             return refused(503, "failed to find endpoint candidates for serving the request");
         }

@@ -7,12 +7,14 @@
 //! approximate prefix index ([`approx_prefix`]) learns from the router's own decisions. Where
 //! upstream is nondeterministic (Go map order, wall-clock-seeded picks, goroutines) the router
 //! takes a fixed order or a named random substream instead; `docs/ROUTING.md` lists each case.
+//! With the `flowControl` gate on, requests first wait in [`flow_control`]'s priority bands.
 //! [`RoundRobin`] remains as the baseline policy.
 
 pub mod approx_prefix;
 pub mod config;
 pub mod cycle;
 pub mod endpoint;
+pub mod flow_control;
 pub mod params;
 pub mod plugins;
 pub mod registry;

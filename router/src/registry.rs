@@ -40,7 +40,8 @@ use Stability::{Alpha, Beta};
 use Support::{Modelled, NotModelled};
 
 const LORA: &str = "LoRA adapters are not simulated";
-const FLOW: &str = "flow control and admission plugins come with the flow-control port";
+const FLOW: &str = "not ported with flow control, which models the fcfs, edf and slo-deadline ordering, \
+                    global-strict and round-robin fairness and static usage-limit policies";
 const PD: &str = "this P/D plugin is not ported (disagg-profile-handler and its deciders are)";
 const LATENCY: &str = "the latency predictor (a trained model) is not ported";
 const MULTICLUSTER: &str = "multi-cluster routing is not simulated";

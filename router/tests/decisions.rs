@@ -170,8 +170,8 @@ fn owned(path: &str, value: Option<&str>, reason: &str) -> (String, Option<Strin
 }
 
 /// Each loader refusal names its path and value and gives upstream's message (ours where
-/// upstream has none: a type it registers but this build does not model, the flowControl
-/// gate).
+/// upstream has none: a type it registers but this build does not model, a priority band
+/// without its priority).
 #[test]
 fn loader_refusals_name_path_value_and_reason() {
     let off = LoadOptions::default();
@@ -228,11 +228,12 @@ fn loader_refusals_name_path_value_and_reason() {
         )
     );
     assert_eq!(
-        refused("featureGates: [flowControl=true]\n", off),
+        refused("featureGates: [flowControl=true]\nflowControl:\n  priorityBands: [{maxRequests: 5}]\n", off),
         owned(
-            "featureGates[0]",
-            Some("\"flowControl=true\""),
-            "flow control is not modelled yet (it comes with the flow-control port); leave the flowControl gate off"
+            "flowControl.priorityBands[0].priority",
+            None,
+            "a priority band must name its priority: upstream decodes a missing priority as 0, which would silently \
+             make this entry band 0's configuration; write `priority: 0` for band 0"
         )
     );
     assert_eq!(

@@ -10,8 +10,8 @@
 //! `core-metrics-extractor` under the test's names, `test-alpha-plugin` → `utilization-filter`,
 //! `test-order-filter` → `label-selector-filter`. The test gate `test-feature-gate` is
 //! re-expressed with the release's other registered gate, `haPopulateNonLeaderDatastore`
-//! (default true). Upstream cases that turn the `flowControl` gate on are refused here (flow
-//! control is not modelled yet); each is ported as that refusal.
+//! (default true). The cases that turn the `flowControl` gate on load the flow-control section
+//! (`blis_router::flow_control`); `upstream_flow_control.rs` ports the section's own tests.
 
 mod common;
 
@@ -47,11 +47,6 @@ fn has(config: &RouterConfig, name: &str) -> bool {
 
 fn gates(config: &RouterConfig) -> Vec<(String, bool)> {
     config.feature_gates.iter().map(|(k, v)| (k.clone(), *v)).collect()
-}
-
-fn flow_control_refused(e: &ConfigError) {
-    assert_eq!(e.path, "featureGates[0]", "{e}");
-    assert!(e.reason.starts_with("flow control is not modelled yet"), "{e}");
 }
 
 const FULL: &str = "\
@@ -257,23 +252,51 @@ fn default_weight_handler_and_picker_before_scorer() {
     assert_eq!(config.profiles[0].scorers, [(index(&config, "token-load-scorer"), 1.0)]);
 }
 
-/// upstream: configloader_test.go::TestInstantiateAndConfigure "Success - Flow Control Config",
-/// "Success - Complex Flow Control Config", "Error (FlowControl) - Missing Policy Plugin" and
-/// "Error (FlowControl) - Wrong Plugin Type", and ::TestFlowControlConfigIgnoredWarning
-/// "settings honored when the gate is on": each turns the `flowControl` gate on, which this
-/// build refuses by name (flow control comes with its own port).
+/// upstream: configloader_test.go::TestInstantiateAndConfigure "Success - Flow Control Config"
+/// (maxBytes 1024, TTL 1m, the default policies injected and used by the default band),
+/// "Success - Complex Flow Control Config" (band 100 with its own named fcfs and global-strict
+/// instances), "Error (FlowControl) - Missing Policy Plugin" and "Error (FlowControl) - Wrong
+/// Plugin Type", and ::TestFlowControlConfigIgnoredWarning "settings honored when the gate is on"
+/// (no warning).
 #[test]
-fn flow_control_gate_cases_are_refused() {
+fn flow_control_gate_cases() {
     let base = "plugins:\n- {name: maxScore, type: max-score-picker}\n\
                 schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: maxScore}]\nfeatureGates:\n- flowControl\n";
-    for extra in [
-        "flowControl:\n  maxBytes: \"1024\"\n  defaultRequestTTL: 1m\n",
-        "flowControl:\n  priorityBands:\n  - {priority: 100, orderingPolicyRef: customFCFS, fairnessPolicyRef: customFairness}\n",
-        "flowControl:\n  priorityBands:\n  - {priority: 100, orderingPolicyRef: non-existent-policy}\n",
-        "flowControl:\n  priorityBands:\n  - {priority: 100, orderingPolicyRef: maxScore}\n",
-    ] {
-        flow_control_refused(&err(&format!("{base}{extra}")));
-    }
+    let config = ok(&format!("{base}flowControl:\n  maxBytes: \"1024\"\n  defaultRequestTTL: 1m\n"));
+    let flow = config.flow_control.as_ref().expect("the gate is on");
+    assert_eq!((flow.max_bytes, flow.default_request_ttl_us), (1024, 60_000_000));
+    assert_eq!(config.plugins[flow.default_band.ordering_plugin].name, "fcfs-ordering-policy");
+    assert_eq!(config.plugins[flow.default_band.fairness_plugin].name, "global-strict-fairness-policy");
+    assert!(!config.warnings.iter().any(|w| w.contains("feature gate is disabled")), "{:?}", config.warnings);
+    let config = ok("plugins:\n- {name: maxScore, type: max-score-picker}\n\
+                     - {name: customFCFS, type: fcfs-ordering-policy}\n- {name: customFairness, type: global-strict-fairness-policy}\n\
+                     schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: maxScore}]\nfeatureGates:\n- flowControl\n\
+                     flowControl:\n  priorityBands:\n  - {priority: 100, orderingPolicyRef: customFCFS, fairnessPolicyRef: customFairness}\n");
+    let band = &config.flow_control.as_ref().unwrap().bands[&100];
+    assert_eq!(config.plugins[band.ordering_plugin].name, "customFCFS");
+    assert_eq!(config.plugins[band.ordering_plugin].type_name, "fcfs-ordering-policy");
+    assert_eq!(config.plugins[band.fairness_plugin].name, "customFairness");
+    assert_eq!(config.plugins[band.fairness_plugin].type_name, "global-strict-fairness-policy");
+    let e = err(&format!(
+        "{base}flowControl:\n  priorityBands:\n  - {{priority: 100, orderingPolicyRef: non-existent-policy}}\n"
+    ));
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("flowControl.priorityBands[0].orderingPolicyRef", Some("\"non-existent-policy\""))
+    );
+    assert_eq!(
+        e.reason,
+        "failed to load flow control config: failed to create registry config: plugin \"non-existent-policy\" not found"
+    );
+    let e = err(&format!(
+        "{base}flowControl:\n  priorityBands:\n  - {{priority: 100, orderingPolicyRef: maxScore}}\n"
+    ));
+    assert_eq!(e.path, "flowControl.priorityBands[0].orderingPolicyRef");
+    assert_eq!(
+        e.reason,
+        "failed to load flow control config: failed to create registry config: plugin \"maxScore\" does not implement \
+         flowcontrol.OrderingPolicy (actual type: max-score-picker)"
+    );
 }
 
 /// upstream: configloader_test.go::TestInstantiateAndConfigure "Ignored - Flow Control Config

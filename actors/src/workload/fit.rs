@@ -249,6 +249,7 @@ impl WorkloadFit {
                 slo_class: None,
                 priority: None,
                 timeout_s: None,
+                fairness_id: None,
                 model: None,
             }],
             replays: Vec::new(),

@@ -94,6 +94,8 @@ pub struct ClientSource {
     pub model: Option<String>,
     /// Where that model would be named in the scenario.
     pub model_path: String,
+    /// The fairness-id header its requests carry, if the workload says.
+    pub fairness_id: Option<String>,
 }
 
 /// The sources of every client of `workload`, synthetic clients first, then replays (whose
@@ -115,6 +117,7 @@ pub fn sources(
             requests,
             model: spec.model.clone(),
             model_path: format!("workload.clients[{i}].model"),
+            fairness_id: spec.fairness_id.clone(),
         });
     }
     for (i, replay) in workload.replays.iter().enumerate() {
@@ -127,6 +130,7 @@ pub fn sources(
             requests: Some(requests),
             model: replay.model.clone(),
             model_path: format!("workload.replays[{i}].model"),
+            fairness_id: None,
         });
     }
     if let Some(import) = &workload.inference_perf {
@@ -139,6 +143,7 @@ pub fn sources(
             requests: Some(requests),
             model: import.model.clone(),
             model_path: "workload.inference_perf.model".to_owned(),
+            fairness_id: None,
         });
     }
     Ok(out)

@@ -179,6 +179,7 @@ mod tests {
             slo_class: None,
             priority: None,
             timeout_s: None,
+            fairness_id: None,
             model: None,
         }
     }

@@ -139,9 +139,13 @@ pub enum PluginKind {
     CoreMetricsExtractor,
     /// `openai-parser`, `anthropic-parser`, `vllmhttp-parser`.
     Parser(data_layer::Parser),
-    /// Flow-control ordering, fairness and usage-limit policies: instantiated as upstream
-    /// instantiates them, unused while the `flowControl` gate is off.
-    FlowControlPolicy,
+    /// `fcfs-ordering-policy`, `edf-ordering-policy`, `slo-deadline-ordering-policy` (used by
+    /// flow control when its gate is on).
+    OrderingPolicy(crate::flow_control::Ordering),
+    /// `global-strict-fairness-policy`, `round-robin-fairness-policy`.
+    FairnessPolicy(crate::flow_control::Fairness),
+    /// `static-usage-limit-policy`.
+    UsageLimitPolicy(crate::flow_control::StaticUsageLimit),
 }
 
 /// What a factory made of a plugin's parameters.
@@ -212,12 +216,16 @@ pub fn build(type_name: &str, params: Option<&Value>) -> Option<Result<Built, Pa
         "openai-parser" | "anthropic-parser" | "vllmhttp-parser" => {
             Ok(Built::ignoring(PluginKind::Parser(data_layer::Parser::of(type_name)), params))
         }
-        "fcfs-ordering-policy"
-        | "edf-ordering-policy"
-        | "slo-deadline-ordering-policy"
-        | "global-strict-fairness-policy"
-        | "round-robin-fairness-policy"
-        | "static-usage-limit-policy" => Ok(Built::plain(PluginKind::FlowControlPolicy)),
+        "fcfs-ordering-policy" | "edf-ordering-policy" | "slo-deadline-ordering-policy" => {
+            let ordering = crate::flow_control::Ordering::of(type_name).expect("an ordering type");
+            Ok(Built::ignoring(PluginKind::OrderingPolicy(ordering), params))
+        }
+        "global-strict-fairness-policy" | "round-robin-fairness-policy" => {
+            let fairness = crate::flow_control::Fairness::of(type_name).expect("a fairness type");
+            Ok(Built::ignoring(PluginKind::FairnessPolicy(fairness), params))
+        }
+        "static-usage-limit-policy" => crate::flow_control::StaticUsageLimit::build(params)
+            .map(|policy| Built::plain(PluginKind::UsageLimitPolicy(policy))),
         _ => return None,
     };
     Some(built)
