@@ -6,17 +6,50 @@
 //! models, engine arguments across their ranges, KV caches from one request's worth of blocks
 //! to the whole GPU, FCFS and priority scheduling, open and closed clients with sessions,
 //! shared prefixes, timeouts (hence aborts), prompts too long for the engine, horizons, and
-//! every router: round-robin, llm-d's built-in default and the sample EndpointPickerConfigs.
+//! every router: round-robin, llm-d's built-in default, the sample EndpointPickerConfigs, flow
+//! control and session affinity.
 
 use blis_kernel::{Streams, Substream};
 
-/// The llm-d sample configs the generator routes with, besides round-robin and `config: {}`.
-const ROUTER_CONFIGS: [&str; 4] = [
-    include_str!("../../../fixtures/router-configs/epp-config.yaml"),
-    include_str!("../../../fixtures/router-configs/epp-estimate-prefix-cache-config.yaml"),
-    include_str!("../../../fixtures/router-configs/optimized-baseline.yaml"),
-    include_str!("../../../fixtures/router-configs/sim-epp-config.yaml"),
+/// The llm-d configs the generator routes with, besides round-robin and `config: {}`: the
+/// release's samples, flow control on (a short TTL and a capped sheddable band, so requests
+/// are queued, shed and expired), and session affinity (an Alpha plugin, so with the flag).
+const ROUTER_CONFIGS: [(&str, bool); 6] = [
+    (include_str!("../../../fixtures/router-configs/epp-config.yaml"), false),
+    (include_str!("../../../fixtures/router-configs/epp-estimate-prefix-cache-config.yaml"), false),
+    (include_str!("../../../fixtures/router-configs/optimized-baseline.yaml"), false),
+    (include_str!("../../../fixtures/router-configs/sim-epp-config.yaml"), false),
+    (FLOW_CONTROL, false),
+    (SESSION_AFFINITY, true),
 ];
+
+const FLOW_CONTROL: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+flowControl:
+  defaultRequestTTL: 2s
+  defaultNegativePriorityBand: { maxRequests: 4 }
+plugins:
+- type: queue-scorer
+- type: prefix-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - { pluginRef: queue-scorer, weight: 2 }
+  - { pluginRef: prefix-cache-scorer, weight: 3 }
+";
+
+const SESSION_AFFINITY: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: session-affinity-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - { pluginRef: queue-scorer, weight: 1 }
+  - { pluginRef: session-affinity-scorer, weight: 3 }
+";
 
 /// Chips with models that fit them on one GPU.
 const CHIPS: [&str; 6] = ["H100-SXM", "H200", "A100-80GB-SXM", "B200", "L40S", "MI300X"];
@@ -100,12 +133,17 @@ pub fn scenario(seed: u64) -> String {
 
 /// The router: round-robin, llm-d's default, or a sample config; a scrape interval.
 fn router(s: &mut Substream, out: &mut String) {
-    match s.below(6) {
+    match s.below(2 + ROUTER_CONFIGS.len() as u64) {
         0 => out.push_str("  router: { policy: round-robin }\n"),
         1 => out.push_str("  router:\n    config: {}\n"),
         k => {
-            out.push_str("  router:\n    config:\n");
-            for line in ROUTER_CONFIGS[(k - 2) as usize].lines() {
+            let (config, experimental) = ROUTER_CONFIGS[(k - 2) as usize];
+            out.push_str("  router:\n");
+            if experimental {
+                out.push_str("    allow_experimental_plugins: true\n");
+            }
+            out.push_str("    config:\n");
+            for line in config.lines() {
                 if !line.trim_start().starts_with('#') && !line.trim().is_empty() {
                     out.push_str(&format!("      {line}\n"));
                 }
