@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::params::{ParamError, drop_null_keys, render};
+use crate::precise_prefix::{PRECISE_PRODUCER_TYPE, PRECISE_SCORER_TYPE};
 use crate::plugins::{self, DataKey, PluginKind};
 use crate::registry::{self, Stability, Support};
 use crate::view::PluginInstance;
@@ -513,6 +514,7 @@ impl Loader {
                 format!("plugin '{detector_ref}' is not a fwkfc.SaturationDetector"),
             ));
         }
+        self.note_unsubscribed_producers();
         self.create_missing_producers()?;
         self.check_stability()?;
         let producers = self.order_producers()?;
@@ -582,9 +584,19 @@ impl Loader {
             self.warnings
                 .push(format!("DEPRECATION warning: plugin is deprecated (plugin {name}, type {type_name})"));
         }
-        let built = plugins::build(type_name, params)
-            .expect("every modelled type has a factory")
-            .map_err(|e| plugin_error(path, name, type_name, e))?;
+        let built = if type_name == PRECISE_SCORER_TYPE {
+            let producers: Vec<&str> = self
+                .raw
+                .plugins
+                .iter()
+                .filter(|p| p.type_name == PRECISE_PRODUCER_TYPE)
+                .map(|p| p.name.as_str())
+                .collect();
+            plugins::precise::build_legacy_scorer(name, params, &producers)
+        } else {
+            plugins::build(type_name, params).expect("every modelled type has a factory")
+        }
+        .map_err(|e| plugin_error(path, name, type_name, e))?;
         for (field, reason) in built.inert {
             self.inert.push(InertSetting { path: join(&format!("{path}.parameters"), &field), reason });
         }
@@ -872,6 +884,15 @@ impl Loader {
                 })?;
                 extractors.push(e);
             }
+            if matches!(self.plugins[at].kind, PluginKind::EndpointNotificationSource) {
+                for &e in &extractors {
+                    match &mut self.plugins[e].kind {
+                        PluginKind::PrecisePrefixProducer(p) => p.inner.wire_endpoint_notifications(),
+                        PluginKind::PrecisePrefixScorer(s) => s.producer.inner.wire_endpoint_notifications(),
+                        _ => {}
+                    }
+                }
+            }
             sources.push(DataSource { source: at, extractors });
         }
         Ok(sources)
@@ -907,6 +928,26 @@ impl Loader {
                 path: "flowControl.enableEviction".to_owned(),
                 reason: reason.to_owned(),
             });
+        }
+    }
+
+    /// A precise producer neither on a global socket nor an extractor of an
+    /// `endpoint-notification-source` subscribes to no engine, as upstream's does: its index
+    /// stays empty. Upstream says nothing; we warn.
+    fn note_unsubscribed_producers(&mut self) {
+        for plugin in &self.plugins {
+            let producer = match &plugin.kind {
+                PluginKind::PrecisePrefixProducer(p) => &p.inner,
+                PluginKind::PrecisePrefixScorer(s) => &s.producer.inner,
+                _ => continue,
+            };
+            if !producer.subscribed() {
+                self.warnings.push(format!(
+                    "{}: no KV events will reach it (no kvEventsConfig.zmqEndpoint, and it is not an extractor of an \
+                     endpoint-notification-source with discoverPods on), so its index stays empty",
+                    plugin.name
+                ));
+            }
         }
     }
 
@@ -1044,6 +1085,7 @@ impl Loader {
                 }
                 PluginKind::ConcurrencyDetector(d) => d.producer = first(InFlightLoad),
                 PluginKind::InFlightLoadProducer(p) => p.prefix_producer = first(PrefixCacheMatchInfo),
+                PluginKind::PrecisePrefixScorer(s) => s.scorer.producer = first(PrefixCacheMatchInfo),
                 _ => {}
             }
         }

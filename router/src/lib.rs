@@ -14,6 +14,7 @@ pub mod config;
 pub mod cycle;
 pub mod endpoint;
 pub mod params;
+pub mod precise_prefix;
 pub mod plugins;
 pub mod registry;
 pub mod request;

@@ -37,6 +37,8 @@ pub enum KvEvent {
         hashes: Vec<u64>,
         /// Hash of the block before the first, if any.
         parent: Option<u64>,
+        /// The blocks' token ids, concatenated (`block_size` per block).
+        token_ids: Vec<u32>,
     },
     /// A cached block was evicted on reuse.
     BlockRemoved {
@@ -168,14 +170,17 @@ impl BlockPool {
     }
 
     /// Cache `blocks[cached..full]` of the request with key `request` under `keys[cached..]`;
-    /// when events are recorded, `hashes[..full]` are the blocks' SHA-256 hashes and one
-    /// `BlockStored` event is recorded.
+    /// when events are recorded, `hashes[..full]` are the blocks' SHA-256 hashes, `tokens` the
+    /// request's tokens (`block_size` per block) and one `BlockStored` event is recorded.
+    #[allow(clippy::too_many_arguments)]
     pub fn cache_full_blocks(
         &mut self,
         request: u64,
         blocks: &[BlockId],
         keys: &[BlockKey],
         hashes: &[BlockHash],
+        tokens: &[u32],
+        block_size: usize,
         cached: usize,
         full: usize,
     ) {
@@ -203,11 +208,16 @@ impl BlockPool {
                 .map(|(_, hash)| event_value(hash))
                 .collect();
             let parent = (cached > 0).then(|| event_value(&hashes[cached - 1]));
+            let token_ids = (cached..full)
+                .filter(|&i| blocks[i] != 0)
+                .flat_map(|i| tokens[i * block_size..(i + 1) * block_size].iter().copied())
+                .collect();
             self.events.push(KvEvent::BlockStored {
                 request,
                 first_block: cached as u32,
                 hashes: stored,
                 parent,
+                token_ids,
             });
         }
     }
@@ -465,7 +475,8 @@ mod tests {
         pool.get_new_blocks(2, &mut blocks);
         let hashes = [[1u8; 32], [2u8; 32]];
         let keys = [11, 12];
-        pool.cache_full_blocks(7, &blocks, &keys, &hashes, 0, 2);
+        let tokens = [5, 6, 7, 8];
+        pool.cache_full_blocks(7, &blocks, &keys, &hashes, &tokens, 2, 0, 2);
         pool.free_blocks(blocks.iter().rev().copied());
         assert_eq!(pool.free_queue(), vec![3, 4, 2, 1]);
         assert_eq!(pool.get_cached_block(keys[0]), Some(1));
@@ -481,6 +492,10 @@ mod tests {
         pool.take_events(&mut events);
         assert_eq!(events.len(), 2);
         assert!(matches!(events[0], KvEvent::BlockStored { request: 7, first_block: 0, parent: None, .. }));
+        assert!(
+            matches!(&events[0], KvEvent::BlockStored { token_ids, .. } if token_ids == &[5, 6, 7, 8]),
+            "a stored event carries its blocks' tokens"
+        );
         assert_eq!(events[1], KvEvent::BlockRemoved { hash: event_value(&hashes[1]) });
     }
 
@@ -491,7 +506,7 @@ mod tests {
         let mut blocks = Vec::new();
         pool.get_new_blocks(3, &mut blocks);
         for &id in &blocks {
-            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], 0, 1);
+            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], &[], 1, 0, 1);
         }
         pool.free_blocks(blocks.iter().copied());
         assert_eq!(pool.get_cached_block(5), Some(1));

@@ -176,6 +176,8 @@ impl KvCacheManager {
             &request.blocks,
             &request.block_keys,
             &request.block_hashes,
+            &request.tokens,
+            self.block_size as usize,
             cached,
             full,
         );
