@@ -431,7 +431,13 @@ fn parse_bool(text: &str) -> Option<bool> {
 }
 
 fn join(path: &str, name: &str) -> String {
-    if path.is_empty() || path == "." { name.to_owned() } else { format!("{path}.{name}") }
+    if path.is_empty() || path == "." {
+        name.to_owned()
+    } else if name.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
 }
 
 struct Loader {
