@@ -109,7 +109,8 @@ fn kv_events_reach_the_router_after_the_step_plus_the_configured_delay() {
             batch.ts_us
         );
         for event in &batch.events {
-            let blis_router::precise_prefix::KvEvent::BlockStored { tokens, block_size, medium, .. } = event else {
+            let blis_router::precise_prefix::KvEvent::BlockStored { tokens, block_size, medium, .. } = event
+            else {
                 continue;
             };
             assert_eq!((*block_size, medium.as_deref()), (16, Some("GPU")));
@@ -117,7 +118,9 @@ fn kv_events_reach_the_router_after_the_step_plus_the_configured_delay() {
             // after such a request reached this engine, and no earlier than the end of the first
             // step that ended after it had.
             let tokens = batch.tokens_of(*tokens);
-            let holds = |sequence: &[u32]| (0..sequence.len()).step_by(16).any(|at| sequence[at..].starts_with(tokens));
+            let holds = |sequence: &[u32]| {
+                (0..sequence.len()).step_by(16).any(|at| sequence[at..].starts_with(tokens))
+            };
             let arrived = w
                 .arrivals
                 .iter()
@@ -125,9 +128,16 @@ fn kv_events_reach_the_router_after_the_step_plus_the_configured_delay() {
                 .map(|&(_, at, _)| at)
                 .min()
                 .unwrap_or_else(|| panic!("{engine} stored blocks no request brought"));
-            assert!(batch.ts_us > arrived, "{engine}: stored at {} before the request arrived at {arrived}", batch.ts_us);
+            assert!(
+                batch.ts_us > arrived,
+                "{engine}: stored at {} before the request arrived at {arrived}",
+                batch.ts_us
+            );
             let first_step_end = w.step_ends[engine].iter().copied().find(|&end| end > arrived).unwrap();
-            assert!(batch.ts_us >= first_step_end, "{engine}: published before any step after the arrival ended");
+            assert!(
+                batch.ts_us >= first_step_end,
+                "{engine}: published before any step after the arrival ended"
+            );
             stored += 1;
         }
     }

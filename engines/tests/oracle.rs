@@ -165,7 +165,7 @@ impl Replay {
             .kv_events
             .iter()
             .map(|e| match e {
-                KvEvent::BlockStored { request: _, first_block, hashes, parent } => json!([
+                KvEvent::BlockStored { request: _, first_block, hashes, parent, token_ids: _ } => json!([
                     "S",
                     first_block,
                     hashes.len(),

@@ -266,7 +266,7 @@ fn kv_events_are_published_only_when_turned_on_and_carry_vllms_hashes() {
     assert!(run(false).is_empty());
     let events = run(true);
     // 40 prompt tokens fill two blocks of 16, cached in one BlockStored event whose values are
-    // the last 8 bytes of vLLM's SHA-256 block hashes.
+    // the last 8 bytes of vLLM's SHA-256 block hashes and whose token ids are those 32 tokens.
     let tokens: Vec<u32> = (0..32).collect();
     let mut scratch = Vec::new();
     let first = hash_block(&none_hash(), &tokens[..16], &mut scratch);
@@ -277,7 +277,8 @@ fn kv_events_are_published_only_when_turned_on_and_carry_vllms_hashes() {
             request: 0,
             first_block: 0,
             hashes: vec![event_value(&first), event_value(&second)],
-            parent: None
+            parent: None,
+            token_ids: tokens.clone(),
         }]
     );
 }

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::params::{ParamError, drop_null_keys, render};
-use crate::precise_prefix::{PRECISE_PRODUCER_TYPE, PRECISE_SCORER_TYPE};
 use crate::plugins::{self, DataKey, PluginKind};
+use crate::precise_prefix::{PRECISE_PRODUCER_TYPE, PRECISE_SCORER_TYPE};
 use crate::registry::{self, Stability, Support};
 use crate::view::PluginInstance;
 

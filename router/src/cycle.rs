@@ -235,7 +235,15 @@ impl Router {
                 PluginKind::PrecisePrefixScorer(legacy) => {
                     let prompts: &[&[u32]] =
                         if self.attributes.tokenized { &[request.prompt_token_ids] } else { &[] };
-                    write_precise(&mut self.attributes, p, endpoints, &mut legacy.producer, request, prompts, candidates);
+                    write_precise(
+                        &mut self.attributes,
+                        p,
+                        endpoints,
+                        &mut legacy.producer,
+                        request,
+                        prompts,
+                        candidates,
+                    );
                 }
                 PluginKind::InFlightLoadProducer(_) => {
                     let input =

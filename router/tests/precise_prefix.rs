@@ -81,7 +81,11 @@ fn the_release_sample_loads_and_routes_on_kv_events() {
     assert!(!config.plugins.iter().any(|p| p.type_name == "approx-prefix-cache-producer"));
     let order: Vec<&str> = config.producers.iter().map(|&p| config.plugins[p].name.as_str()).collect();
     assert_eq!(order, ["token-producer", "precise-prefix-cache-producer"]);
-    assert!(config.inert.iter().any(|s| s.path.ends_with("kvBlockIndexConfig.enableMetrics")), "{:?}", config.inert);
+    assert!(
+        config.inert.iter().any(|s| s.path.ends_with("kvBlockIndexConfig.enableMetrics")),
+        "{:?}",
+        config.inert
+    );
     let mut router = Router::new(config, (0..3).map(|i| endpoint(&format!("e{i}"), &[])).collect());
     assert!(router.wants_kv_events());
     for e in 0..3 {
@@ -109,7 +113,11 @@ fn an_unwired_producer_hears_nothing_and_is_warned_of() {
          {prefixMatchInfoProducerName: precise-prefix-cache-producer}\n",
     )
     .unwrap();
-    assert!(config.warnings.iter().any(|w| w.contains("no KV events will reach it")), "{:?}", config.warnings);
+    assert!(
+        config.warnings.iter().any(|w| w.contains("no KV events will reach it")),
+        "{:?}",
+        config.warnings
+    );
     let router = Router::new(config, vec![endpoint("e0", &[])]);
     assert!(!router.wants_kv_events());
     let global = load(
@@ -178,8 +186,10 @@ fn plugin_factory_self_hosts_a_producer() {
 #[test]
 fn bad_parameters_are_refused_with_path_value_and_cause() {
     let refuse = |params: &str| {
-        let e = load(&format!("plugins:\n- {{name: p, type: precise-prefix-cache-producer, parameters: {params}}}\n"))
-            .unwrap_err();
+        let e = load(&format!(
+            "plugins:\n- {{name: p, type: precise-prefix-cache-producer, parameters: {params}}}\n"
+        ))
+        .unwrap_err();
         (e.path, e.value, e.reason)
     };
     let wrap = "failed to create plugin 'p' (type: precise-prefix-cache-producer): ";
@@ -219,11 +229,16 @@ fn bad_parameters_are_refused_with_path_value_and_cause() {
         (
             "plugins[0].parameters.kvEventsConfig.topicFiltr".to_owned(),
             None,
-            format!("{wrap}failed to parse precise-prefix-cache-producer plugin config: json: unknown field \"topicFiltr\"")
+            format!(
+                "{wrap}failed to parse precise-prefix-cache-producer plugin config: json: unknown field \"topicFiltr\""
+            )
         )
     );
     let (path, value, reason) = refuse("{kvEventsConfig: {concurrency: 0}}");
-    assert_eq!((path.as_str(), value.as_deref()), ("plugins[0].parameters.kvEventsConfig.concurrency", Some("0")));
+    assert_eq!(
+        (path.as_str(), value.as_deref()),
+        ("plugins[0].parameters.kvEventsConfig.concurrency", Some("0"))
+    );
     assert!(reason.contains("panics at 0"), "{reason}");
     let (path, _, reason) = refuse("{speculativeIndexing: true}");
     assert_eq!(path, "plugins[0].parameters.speculativeIndexing");
@@ -232,5 +247,8 @@ fn bad_parameters_are_refused_with_path_value_and_cause() {
     assert_eq!(path, "plugins[0].parameters.indexerConfig.kvBlockIndexConfig.redisConfig");
     assert!(reason.contains("only the in-memory"), "{reason}");
     let (path, value, _) = refuse("{kvEventsConfig: {engineType: sglang}}");
-    assert_eq!((path.as_str(), value.as_deref()), ("plugins[0].parameters.kvEventsConfig.engineType", Some("\"sglang\"")));
+    assert_eq!(
+        (path.as_str(), value.as_deref()),
+        ("plugins[0].parameters.kvEventsConfig.engineType", Some("\"sglang\""))
+    );
 }

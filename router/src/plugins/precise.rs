@@ -16,7 +16,9 @@ use super::prefix::Scorer as PrefixScorer;
 use super::{Built, PluginKind};
 use crate::approx_prefix::PrefixScorerConfig;
 use crate::params::ParamError;
-use crate::precise_prefix::{PRECISE_PRODUCER_TYPE, PRECISE_SCORER_TYPE, PreciseConfig, PreciseMatch, PrecisePrefixProducer};
+use crate::precise_prefix::{
+    PRECISE_PRODUCER_TYPE, PRECISE_SCORER_TYPE, PreciseConfig, PreciseMatch, PrecisePrefixProducer,
+};
 
 /// `precise-prefix-cache-producer` with its per-request output buffer.
 #[derive(Clone, Debug)]
@@ -54,14 +56,25 @@ const DEPRECATION: &str = "DEPRECATION: precise-prefix-cache-scorer is deprecate
 
 /// Build the deprecated wrapper named `name`, given the names of the config's
 /// `precise-prefix-cache-producer` instances.
-pub fn build_legacy_scorer(name: &str, params: Option<&Value>, producers: &[&str]) -> Result<Built, ParamError> {
+pub fn build_legacy_scorer(
+    name: &str,
+    params: Option<&Value>,
+    producers: &[&str],
+) -> Result<Built, ParamError> {
     let mut warnings = vec![DEPRECATION.to_owned()];
     match producers {
         [] => {
             let (producer, inert) = Producer::new(params, PRECISE_SCORER_TYPE)?;
-            let config = PrefixScorerConfig { prefix_match_info_producer_name: name.to_owned(), ..PrefixScorerConfig::default() };
+            let config = PrefixScorerConfig {
+                prefix_match_info_producer_name: name.to_owned(),
+                ..PrefixScorerConfig::default()
+            };
             let scorer = PrefixScorer { config, producer: None };
-            Ok(Built { kind: PluginKind::PrecisePrefixScorer(Box::new(LegacyScorer { producer, scorer })), inert, warnings })
+            Ok(Built {
+                kind: PluginKind::PrecisePrefixScorer(Box::new(LegacyScorer { producer, scorer })),
+                inert,
+                warnings,
+            })
         }
         [existing] => {
             warnings.push(format!(
@@ -70,11 +83,23 @@ pub fn build_legacy_scorer(name: &str, params: Option<&Value>, producers: &[&str
             ));
             let inert = params
                 .and_then(Value::as_object)
-                .map(|m| m.keys().map(|k| (k.clone(), "ignored: the scorer defers to the configured producer".to_owned())).collect())
+                .map(|m| {
+                    m.keys()
+                        .map(|k| {
+                            (k.clone(), "ignored: the scorer defers to the configured producer".to_owned())
+                        })
+                        .collect()
+                })
                 .unwrap_or_default();
-            let config =
-                PrefixScorerConfig { prefix_match_info_producer_name: (*existing).to_owned(), ..PrefixScorerConfig::default() };
-            Ok(Built { kind: PluginKind::PrefixCacheScorer(PrefixScorer { config, producer: None }), inert, warnings })
+            let config = PrefixScorerConfig {
+                prefix_match_info_producer_name: (*existing).to_owned(),
+                ..PrefixScorerConfig::default()
+            };
+            Ok(Built {
+                kind: PluginKind::PrefixCacheScorer(PrefixScorer { config, producer: None }),
+                inert,
+                warnings,
+            })
         }
         [first, second, ..] => Err(ParamError {
             path: String::new(),

@@ -202,7 +202,11 @@ impl PreciseConfig {
             ..e
         })?;
         let create = |path: &str, why: String| {
-            ParamError::invalid(params, path, format!("failed to create {PRECISE_PRODUCER_TYPE} plugin: {why}"))
+            ParamError::invalid(
+                params,
+                path,
+                format!("failed to create {PRECISE_PRODUCER_TYPE} plugin: {why}"),
+            )
         };
         if raw.indexer_config.tokenizers_pool_config.is_some() {
             let why = if type_name == PRECISE_PRODUCER_TYPE {
@@ -212,7 +216,11 @@ impl PreciseConfig {
                  carry token ids, so configure a token-producer plugin instead"
                     .to_owned()
             };
-            return Err(ParamError { path: "indexerConfig.tokenizersPoolConfig".into(), value: None, reason: why });
+            return Err(ParamError {
+                path: "indexerConfig.tokenizersPoolConfig".into(),
+                value: None,
+                reason: why,
+            });
         }
         let tp = raw.token_processor_config.unwrap_or_default();
         let block_size = match (tp.block_size_tokens, tp.block_size) {
@@ -228,7 +236,9 @@ impl PreciseConfig {
             };
             return Err(create(
                 path,
-                format!("failed to create token processor: blockSizeTokens must be greater than 0, got {shown}"),
+                format!(
+                    "failed to create token processor: blockSizeTokens must be greater than 0, got {shown}"
+                ),
             ));
         }
         if block_size > MAX_BLOCK_SIZE_TOKENS {
@@ -239,9 +249,10 @@ impl PreciseConfig {
             ));
         }
         let index = &raw.indexer_config.kv_block_index_config;
-        for (field, set) in
-            [("costAwareMemoryConfig", index.cost_aware_memory_config.is_some()), ("redisConfig", index.redis_config.is_some())]
-        {
+        for (field, set) in [
+            ("costAwareMemoryConfig", index.cost_aware_memory_config.is_some()),
+            ("redisConfig", index.redis_config.is_some()),
+        ] {
             if set {
                 return Err(ParamError {
                     path: format!("indexerConfig.kvBlockIndexConfig.{field}"),
@@ -320,11 +331,26 @@ impl PreciseConfig {
             }
         };
         note("indexerConfig.kvBlockIndexConfig.enableMetrics", index.enable_metrics, index_metrics);
-        note("indexerConfig.kvBlockIndexConfig.metricsLoggingInterval", index.metrics_logging_interval != 0, index_metrics);
+        note(
+            "indexerConfig.kvBlockIndexConfig.metricsLoggingInterval",
+            index.metrics_logging_interval != 0,
+            index_metrics,
+        );
         note("kvEventsConfig.topicFilter", events.topic_filter != "kv@", transport);
-        note("kvEventsConfig.concurrency", events.concurrency != 4, "one worker or many, each endpoint's events stay in order");
+        note(
+            "kvEventsConfig.concurrency",
+            events.concurrency != 4,
+            "one worker or many, each endpoint's events stay in order",
+        );
         let pd = &events.pod_discovery_config;
-        note("kvEventsConfig.podDiscoveryConfig", pd.socket_port != 5557 || pd.replay_socket_port != 0 || !pd.pod_namespace.is_empty() || pd.pod_label_selector != "llm-d.ai/inference-serving=true", transport);
+        note(
+            "kvEventsConfig.podDiscoveryConfig",
+            pd.socket_port != 5557
+                || pd.replay_socket_port != 0
+                || !pd.pod_namespace.is_empty()
+                || pd.pod_label_selector != "llm-d.ai/inference-serving=true",
+            transport,
+        );
         note("speculativeTTL", !raw.speculative_ttl.is_empty(), "read only with speculativeIndexing");
         let config = PreciseConfig {
             block_size_tokens: block_size as u32,

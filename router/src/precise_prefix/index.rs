@@ -71,7 +71,14 @@ struct Lru<V> {
 
 impl<V: Default> Lru<V> {
     fn new(capacity: usize) -> Lru<V> {
-        Lru { capacity, map: KeyMap::default(), nodes: Vec::new(), free: Vec::new(), newest: NONE, oldest: NONE }
+        Lru {
+            capacity,
+            map: KeyMap::default(),
+            nodes: Vec::new(),
+            free: Vec::new(),
+            newest: NONE,
+            oldest: NONE,
+        }
     }
 
     fn len(&self) -> usize {
@@ -188,7 +195,13 @@ impl KvBlockIndex {
     /// `Lookup`: for each of `keys`, the entries of candidate endpoints (`is_candidate[e]`) are
     /// appended to `entries` and its end offset to `ends`. A key absent from the index has none
     /// and does not stop the walk; a key present with no entry stops it (the rest get none).
-    pub fn lookup(&mut self, keys: &[u64], is_candidate: &[bool], entries: &mut Vec<PodEntry>, ends: &mut Vec<usize>) {
+    pub fn lookup(
+        &mut self,
+        keys: &[u64],
+        is_candidate: &[bool],
+        entries: &mut Vec<PodEntry>,
+        ends: &mut Vec<usize>,
+    ) {
         entries.clear();
         ends.clear();
         let mut broken = false;
@@ -198,7 +211,8 @@ impl KvBlockIndex {
                     broken = true;
                 } else {
                     entries.extend(
-                        pods.iter().filter(|e| is_candidate.get(e.endpoint as usize).copied().unwrap_or(false)),
+                        pods.iter()
+                            .filter(|e| is_candidate.get(e.endpoint as usize).copied().unwrap_or(false)),
                     );
                 }
             }

@@ -63,7 +63,11 @@ pub struct TokenProcessor {
 impl TokenProcessor {
     /// A processor cutting `block_size`-token blocks (positive) seeded with `hash_seed`.
     pub fn new(block_size: u32, hash_seed: &str) -> TokenProcessor {
-        TokenProcessor { block_size: block_size.max(1) as usize, init_hash: fnv1a(hash_seed.as_bytes()), scratch: Vec::new() }
+        TokenProcessor {
+            block_size: block_size.max(1) as usize,
+            init_hash: fnv1a(hash_seed.as_bytes()),
+            scratch: Vec::new(),
+        }
     }
 
     /// The block size, tokens.
@@ -151,7 +155,11 @@ mod tests {
         // [7, [1, 300], null]: 0x83, 0x07, 0x82 0x01 0x19 0x01 0x2c, 0xf6.
         let expected = fnv1a(&[0x83, 0x07, 0x82, 0x01, 0x19, 0x01, 0x2c, 0xf6]);
         let mut out = Vec::new();
-        assert_eq!(p.append_keys(Some(7), &[1, 300, 5], "m", &[], &mut out), 1, "the partial block is dropped");
+        assert_eq!(
+            p.append_keys(Some(7), &[1, 300, 5], "m", &[], &mut out),
+            1,
+            "the partial block is dropped"
+        );
         assert_eq!(out, vec![expected]);
         // The root of model "m": [FNV(""), null, "m"].
         let mut root = vec![0x83, 0x1b];

@@ -319,9 +319,16 @@ impl PrecisePrefixProducer {
         for (i, &c) in candidates.iter().enumerate() {
             let e = c as usize;
             out.push(PreciseMatch {
-                info: PrefixMatchInfo { match_blocks: s.aggregated[e] as u64, total_blocks, block_size_tokens },
+                info: PrefixMatchInfo {
+                    match_blocks: s.aggregated[e] as u64,
+                    total_blocks,
+                    block_size_tokens,
+                },
                 cached_blocks: s.cached[e],
-                cached_by_tier: s.by_tier[i].iter().map(|&(t, n)| (self.tiers[t as usize].0.clone(), n)).collect(),
+                cached_by_tier: s.by_tier[i]
+                    .iter()
+                    .map(|&(t, n)| (self.tiers[t as usize].0.clone(), n))
+                    .collect(),
             });
         }
         self.scratch = s;

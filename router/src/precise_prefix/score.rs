@@ -106,7 +106,11 @@ pub fn matched_block_count(lookup: &Lookup, endpoint: u32) -> u64 {
 
 /// `matchedBlockCountByTier`: per medium, the leading keys `endpoint` holds on that medium,
 /// counted while at least one medium still runs unbroken from key 0; added to `out`.
-pub fn matched_block_count_by_tier(lookup: &Lookup, endpoint: u32, out: &mut smallvec::SmallVec<[(u16, u64); 2]>) {
+pub fn matched_block_count_by_tier(
+    lookup: &Lookup,
+    endpoint: u32,
+    out: &mut smallvec::SmallVec<[(u16, u64); 2]>,
+) {
     let mut alive: smallvec::SmallVec<[u16; 4]> = smallvec::SmallVec::new();
     for i in 0..lookup.keys() {
         let here = lookup.at(i).iter().filter(|e| e.endpoint == endpoint).map(|e| e.tier);

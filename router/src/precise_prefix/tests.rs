@@ -355,9 +355,17 @@ fn filtered_lookup() {
 
 // --- pkg/kvcache/kvblock_scorer_test.go ---
 
-fn lookup_of(keys: &[&[(u32, u16)]]) -> Lookup {
-    let lists: Vec<Vec<PodEntry>> =
-        keys.iter().map(|k| k.iter().map(|&(endpoint, tier)| PodEntry { endpoint, tier }).collect()).collect();
+/// One key's entries as (endpoint, tier) pairs.
+type Entries = &'static [(u32, u16)];
+
+/// Per-tier counts, as (tier, count).
+type ByTier = Vec<(u16, u64)>;
+
+fn lookup_of(keys: &[Entries]) -> Lookup {
+    let lists: Vec<Vec<PodEntry>> = keys
+        .iter()
+        .map(|k| k.iter().map(|&(endpoint, tier)| PodEntry { endpoint, tier }).collect())
+        .collect();
     let refs: Vec<&[PodEntry]> = lists.iter().map(Vec::as_slice).collect();
     Lookup::of(&refs)
 }
@@ -376,7 +384,14 @@ fn scores(lookup: &Lookup, cpu_weight: f64) -> Vec<f64> {
 /// media), B holds 4–5, A again 6 → A 3.0, B 0.
 #[test]
 fn longest_prefix_scorer() {
-    let lookup = lookup_of(&[&[(POD_A, GPU)], &[(POD_A, GPU)], &[(POD_A, GPU), (POD_A, CPU)], &[(POD_B, CPU)], &[(POD_B, CPU)], &[(POD_A, GPU)]]);
+    let lookup = lookup_of(&[
+        &[(POD_A, GPU)],
+        &[(POD_A, GPU)],
+        &[(POD_A, GPU), (POD_A, CPU)],
+        &[(POD_B, CPU)],
+        &[(POD_B, CPU)],
+        &[(POD_A, GPU)],
+    ]);
     assert_eq!(scores(&lookup, 0.5), vec![3.0, 0.0]);
 }
 
@@ -384,7 +399,14 @@ fn longest_prefix_scorer() {
 /// 2.5.
 #[test]
 fn longest_prefix_scorer_different_tiers() {
-    let lookup = lookup_of(&[&[(POD_A, GPU)], &[(POD_A, GPU)], &[(POD_A, CPU)], &[(POD_B, CPU)], &[(POD_B, CPU)], &[(POD_A, GPU)]]);
+    let lookup = lookup_of(&[
+        &[(POD_A, GPU)],
+        &[(POD_A, GPU)],
+        &[(POD_A, CPU)],
+        &[(POD_B, CPU)],
+        &[(POD_B, CPU)],
+        &[(POD_A, GPU)],
+    ]);
     assert_eq!(scores(&lookup, 0.5), vec![2.5, 0.0]);
 }
 
@@ -393,8 +415,12 @@ fn longest_prefix_scorer_different_tiers() {
 /// `utils_test.go::TestMatchedBlockCount`, every case.
 #[test]
 fn matched_block_count_cases() {
-    let cases: [(&str, Vec<&[(u32, u16)]>, u64); 6] = [
-        ("all blocks on cpu count fully", vec![&[(POD_A, CPU)], &[(POD_A, CPU)], &[(POD_A, CPU)], &[(POD_A, CPU)]], 4),
+    let cases: [(&str, Vec<Entries>, u64); 6] = [
+        (
+            "all blocks on cpu count fully",
+            vec![&[(POD_A, CPU)], &[(POD_A, CPU)], &[(POD_A, CPU)], &[(POD_A, CPU)]],
+            4,
+        ),
         ("single cpu block counts one", vec![&[(POD_A, CPU)], &[], &[], &[]], 1),
         ("stops at the first missing block", vec![&[(POD_A, GPU)], &[(POD_A, GPU)], &[], &[(POD_A, GPU)]], 2),
         ("absent from the first block", vec![&[(POD_B, GPU)], &[(POD_A, GPU)], &[], &[]], 0),
@@ -409,16 +435,33 @@ fn matched_block_count_cases() {
 /// `utils_test.go::TestMatchedBlockCountByTier`, the cases without speculative entries (refused).
 #[test]
 fn matched_block_count_by_tier_cases() {
-    let cases: [(&str, Vec<&[(u32, u16)]>, Vec<(u16, u64)>); 5] = [
-        ("one tier", vec![&[(POD_A, GPU)], &[(POD_A, GPU)], &[(POD_A, GPU)], &[(POD_A, GPU)]], vec![(GPU, 4)]),
-        ("dual-tier block counts once per tier", vec![&[(POD_A, GPU), (POD_A, CPU)], &[(POD_A, GPU)], &[], &[]], vec![(GPU, 2), (CPU, 1)]),
+    let cases: [(&str, Vec<Entries>, ByTier); 5] = [
+        (
+            "one tier",
+            vec![&[(POD_A, GPU)], &[(POD_A, GPU)], &[(POD_A, GPU)], &[(POD_A, GPU)]],
+            vec![(GPU, 4)],
+        ),
+        (
+            "dual-tier block counts once per tier",
+            vec![&[(POD_A, GPU), (POD_A, CPU)], &[(POD_A, GPU)], &[], &[]],
+            vec![(GPU, 2), (CPU, 1)],
+        ),
         (
             "a tier's gap stops that tier only",
-            vec![&[(POD_A, GPU), (POD_A, CPU)], &[(POD_A, GPU), (POD_A, CPU)], &[(POD_A, GPU)], &[(POD_A, GPU), (POD_A, CPU)]],
+            vec![
+                &[(POD_A, GPU), (POD_A, CPU)],
+                &[(POD_A, GPU), (POD_A, CPU)],
+                &[(POD_A, GPU)],
+                &[(POD_A, GPU), (POD_A, CPU)],
+            ],
             vec![(GPU, 4), (CPU, 2)],
         ),
         ("absent from the first block", vec![&[(POD_B, GPU)], &[(POD_A, GPU)], &[], &[]], vec![]),
-        ("per pod", vec![&[(POD_A, GPU), (POD_B, CPU)], &[(POD_A, GPU), (POD_B, CPU)], &[(POD_B, CPU)], &[]], vec![(GPU, 2)]),
+        (
+            "per pod",
+            vec![&[(POD_A, GPU), (POD_B, CPU)], &[(POD_A, GPU), (POD_B, CPU)], &[(POD_B, CPU)], &[]],
+            vec![(GPU, 2)],
+        ),
     ];
     for (name, keys, want) in cases {
         let mut out = smallvec::SmallVec::new();
@@ -436,7 +479,8 @@ fn produce_uses_tokenized_prompt() {
     p.apply_batch(POD_A, MODEL, &stored(&[0xCAFE], &tokens(16), None));
     let mut out = Vec::new();
     p.produce(MODEL, &[], &[&tokens(20)], &[POD_A, POD_B], 2, &mut out);
-    let infos: Vec<_> = out.iter().map(|m| (m.info.match_blocks, m.info.total_blocks, m.info.block_size_tokens)).collect();
+    let infos: Vec<_> =
+        out.iter().map(|m| (m.info.match_blocks, m.info.total_blocks, m.info.block_size_tokens)).collect();
     assert_eq!(infos, vec![(1, 1, 16), (0, 1, 16)]);
 }
 
@@ -446,7 +490,9 @@ fn produce_uses_tokenized_prompt() {
 fn produce_without_a_full_block_writes_nothing() {
     let mut p = producer(16);
     let mut out = Vec::new();
-    for prompts in [vec![], vec![&[][..]], vec![&[1u32, 2, 3, 4, 5, 6, 7, 8][..], &[9, 10, 11, 12, 13, 14, 15, 16][..8]]] {
+    for prompts in
+        [vec![], vec![&[][..]], vec![&[1u32, 2, 3, 4, 5, 6, 7, 8][..], &[9, 10, 11, 12, 13, 14, 15, 16][..8]]]
+    {
         p.produce(MODEL, &[], &prompts, &[POD_A, POD_B], 2, &mut out);
         assert!(out.is_empty());
     }
@@ -533,11 +579,17 @@ fn block_size_resolution() {
 #[test]
 fn plugin_factory_refusals() {
     let j = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
-    let e = PreciseConfig::from_params(Some(&j(r#"{"indexerConfig":{"tokenizersPoolConfig":{"modelName":"x"}}}"#)), PRECISE_PRODUCER_TYPE)
-        .unwrap_err();
+    let e = PreciseConfig::from_params(
+        Some(&j(r#"{"indexerConfig":{"tokenizersPoolConfig":{"modelName":"x"}}}"#)),
+        PRECISE_PRODUCER_TYPE,
+    )
+    .unwrap_err();
     assert!(e.reason.contains("tokenizersPoolConfig is not supported"), "{e}");
-    let e = PreciseConfig::from_params(Some(&j(r#"{"kvEventsConfig":{"engineType":"unsupported"}}"#)), PRECISE_PRODUCER_TYPE)
-        .unwrap_err();
+    let e = PreciseConfig::from_params(
+        Some(&j(r#"{"kvEventsConfig":{"engineType":"unsupported"}}"#)),
+        PRECISE_PRODUCER_TYPE,
+    )
+    .unwrap_err();
     assert!(e.reason.contains(r#"unsupported engine type: "unsupported""#), "{e}");
     assert_eq!(e.path, "kvEventsConfig.engineType");
     assert_eq!(e.value.as_deref(), Some("\"unsupported\""));
@@ -636,7 +688,10 @@ fn the_index_after_stores_removes_offloads_and_a_clear_on_two_media() {
 fn medium_weights_follow_the_backend_configs() {
     let mut p = PrecisePrefixProducer::new(PreciseConfig {
         block_size_tokens: 4,
-        backends: vec![Backend { name: "gpu".into(), weight: 1.0 }, Backend { name: "cpu".into(), weight: 0.25 }],
+        backends: vec![
+            Backend { name: "gpu".into(), weight: 1.0 },
+            Backend { name: "cpu".into(), weight: 0.25 },
+        ],
         ..PreciseConfig::default()
     });
     let prompt = tokens(16);
