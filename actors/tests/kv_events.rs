@@ -1,7 +1,8 @@
 //! KV events end to end: with a config whose precise producer subscribes to them, every engine
 //! step that cached or evicted blocks publishes one batch to the router, which arrives exactly
 //! the network delay plus `kv_events_delay_s` after the step ended and never before the request
-//! whose blocks it reports reached the engine; with no such config no engine publishes any.
+//! whose blocks it reports reached the engine; with no such config no engine publishes any; and
+//! runs that route on them are byte-identical on both hosts and any thread count.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -156,4 +157,27 @@ fn without_a_precise_producer_no_engine_publishes_kv_events() {
     let w = watch("{ config: {}, kv_events_delay_s: 0.002 }");
     assert!(w.batches.is_empty());
     assert!(!w.arrivals.is_empty());
+}
+
+#[test]
+fn routing_on_kv_events_is_byte_identical_across_hosts_and_thread_counts() {
+    let text =
+        scenario("{ config_file: fixtures/router-configs/precise-default.yaml, kv_events_delay_s: 0.001 }");
+    let with = |host: blis_kernel::HostKind, threads: usize| {
+        let options =
+            RunOptions { host, threads: Some(threads), base_dir: Some(root()), ..RunOptions::default() };
+        let out = blis_actors::run(&text, options, &mut |_| {}).unwrap();
+        (out.result_json(), out.calls_jsonl())
+    };
+    let reference = with(blis_kernel::HostKind::Inline, 1);
+    assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
+    assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
+    // And the events change decisions: the approximate default routes differently.
+    let approx = blis_actors::run(
+        &scenario("{ config: {} }"),
+        RunOptions { threads: Some(1), base_dir: Some(root()), ..RunOptions::default() },
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(approx.calls_jsonl() != reference.1);
 }

@@ -891,13 +891,7 @@ impl Loader {
                 extractors.push(e);
             }
             if matches!(self.plugins[at].kind, PluginKind::EndpointNotificationSource) {
-                for &e in &extractors {
-                    match &mut self.plugins[e].kind {
-                        PluginKind::PrecisePrefixProducer(p) => p.inner.wire_endpoint_notifications(),
-                        PluginKind::PrecisePrefixScorer(s) => s.producer.inner.wire_endpoint_notifications(),
-                        _ => {}
-                    }
-                }
+                self.wire_endpoint_extractors(&path, at, &extractors)?;
             }
             sources.push(DataSource { source: at, extractors });
         }
@@ -935,6 +929,48 @@ impl Loader {
                 reason: reason.to_owned(),
             });
         }
+    }
+
+    /// An `endpoint-notification-source`'s extractors (`datalayer/runtime.go::validateSourceExtractors`):
+    /// each must be an endpoint extractor, no type twice; each precise producer among them
+    /// subscribes to every endpoint's KV events.
+    fn wire_endpoint_extractors(
+        &mut self,
+        path: &str,
+        source: usize,
+        extractors: &[usize],
+    ) -> Result<(), ConfigError> {
+        for (j, &e) in extractors.iter().enumerate() {
+            let at = format!("{path}.extractors[{j}].pluginRef");
+            let (src, ext) = (&self.plugins[source], &self.plugins[e]);
+            if extractors[..j].iter().any(|&d| self.plugins[d].type_name == ext.type_name) {
+                return Err(ConfigError::value(
+                    at,
+                    &ext.name,
+                    format!(
+                        "duplicate extractor type configured for the same source: source={}/{}, extractor type={}",
+                        src.name, src.type_name, ext.type_name
+                    ),
+                ));
+            }
+            match &mut self.plugins[e].kind {
+                PluginKind::PrecisePrefixProducer(p) => p.inner.wire_endpoint_notifications(),
+                PluginKind::PrecisePrefixScorer(s) => s.producer.inner.wire_endpoint_notifications(),
+                PluginKind::InFlightLoadProducer(_) => {}
+                _ => {
+                    let (src, ext) = (&self.plugins[source], &self.plugins[e]);
+                    return Err(ConfigError::value(
+                        at,
+                        &ext.name,
+                        format!(
+                            "endpoint source {}/{} requires an EndpointExtractor; extractor {}/{} does not implement it",
+                            src.name, src.type_name, ext.name, ext.type_name
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A precise producer neither on a global socket nor an extractor of an

@@ -252,3 +252,38 @@ fn bad_parameters_are_refused_with_path_value_and_cause() {
         ("plugins[0].parameters.kvEventsConfig.engineType", Some("\"sglang\""))
     );
 }
+
+/// An `endpoint-notification-source` takes only endpoint extractors, each type once
+/// (`datalayer/runtime.go::validateSourceExtractors`); a deferring deprecated scorer is a plain
+/// scorer, so it is none.
+#[test]
+fn an_endpoint_source_takes_only_endpoint_extractors() {
+    let source = |plugins: &str, extractors: &str| {
+        load(&format!(
+            "plugins:\n- type: endpoint-notification-source\n- type: precise-prefix-cache-producer\n- type: \
+             queue-scorer\n{plugins}dataLayer:\n  sources:\n  - pluginRef: endpoint-notification-source\n    \
+             extractors: {extractors}\n"
+        ))
+    };
+    let e = source("", "[{pluginRef: queue-scorer}]").unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref(), e.reason.as_str()),
+        (
+            "dataLayer.sources[0].extractors[0].pluginRef",
+            Some("\"queue-scorer\""),
+            "endpoint source endpoint-notification-source/endpoint-notification-source requires an EndpointExtractor; \
+             extractor queue-scorer/queue-scorer does not implement it"
+        )
+    );
+    let e =
+        source("- {name: legacy, type: precise-prefix-cache-scorer}\n", "[{pluginRef: legacy}]").unwrap_err();
+    assert!(e.reason.contains("extractor legacy/precise-prefix-cache-scorer does not implement it"), "{e}");
+    let e = source(
+        "- {name: p2, type: precise-prefix-cache-producer}\n",
+        "[{pluginRef: precise-prefix-cache-producer}, {pluginRef: p2}]",
+    )
+    .unwrap_err();
+    assert_eq!(e.path, "dataLayer.sources[0].extractors[1].pluginRef");
+    assert!(e.reason.starts_with("duplicate extractor type configured for the same source"), "{e}");
+    assert!(source("", "[{pluginRef: precise-prefix-cache-producer}]").is_ok());
+}
