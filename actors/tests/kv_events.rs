@@ -181,3 +181,30 @@ fn routing_on_kv_events_is_byte_identical_across_hosts_and_thread_counts() {
     .unwrap();
     assert!(approx.calls_jsonl() != reference.1);
 }
+
+#[test]
+fn bad_kv_event_settings_are_refused_by_path_value_and_cause() {
+    let refusal = |router: &str| match blis_actors::run(
+        &scenario(router),
+        RunOptions { threads: Some(1), base_dir: Some(root()), ..RunOptions::default() },
+        &mut |_| {},
+    ) {
+        Err(blis_actors::RunError::Input(e)) => e,
+        Err(other) => panic!("expected a refusal, got {other}"),
+        Ok(_) => panic!("expected a refusal of {router}"),
+    };
+    let e = refusal("{ config: {}, kv_events_delay_s: 61 }");
+    assert_eq!((e.path.as_str(), e.value.as_deref()), ("cluster.router.kv_events_delay_s", Some("61")));
+    assert!(e.cause.contains("between 0 and 60 s"), "{e}");
+    let e = refusal("{ policy: round-robin, kv_events_delay_s: 0.001 }");
+    assert_eq!(e.path, "cluster.router.kv_events_delay_s");
+    let e = refusal(
+        "{ config: { plugins: [ { type: precise-prefix-cache-producer, parameters: { tokenProcessorConfig: { \
+         blockSizeTokens: -16 } } } ] } }",
+    );
+    assert_eq!(
+        (e.path.as_str(), e.value.as_deref()),
+        ("cluster.router.config.plugins[0].parameters.tokenProcessorConfig.blockSizeTokens", Some("-16"))
+    );
+    assert!(e.cause.contains("blockSizeTokens must be greater than 0, got -16"), "{e}");
+}
