@@ -199,8 +199,8 @@ fn bad_kv_event_settings_are_refused_by_path_value_and_cause() {
     let e = refusal("{ policy: round-robin, kv_events_delay_s: 0.001 }");
     assert_eq!(e.path, "cluster.router.kv_events_delay_s");
     let e = refusal(
-        "{ config: { plugins: [ { type: precise-prefix-cache-producer, parameters: { tokenProcessorConfig: { \
-         blockSizeTokens: -16 } } } ] } }",
+        "{ config: { apiVersion: llm-d.ai/v1alpha1, kind: EndpointPickerConfig, plugins: [ { type: \
+         precise-prefix-cache-producer, parameters: { tokenProcessorConfig: { blockSizeTokens: -16 } } } ] } }",
     );
     assert_eq!(
         (e.path.as_str(), e.value.as_deref()),
