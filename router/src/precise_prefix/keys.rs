@@ -14,11 +14,13 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// FNV-1a, 64 bits.
+#[inline]
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(FNV_OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
 }
 
 /// A CBOR head (major type and argument) in its shortest form, as canonical CBOR requires.
+#[inline]
 fn head(major: u8, value: u64, out: &mut Vec<u8>) {
     let m = major << 5;
     match value {
