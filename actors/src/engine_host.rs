@@ -284,7 +284,11 @@ impl EngineHost {
         if events.is_empty() {
             return;
         }
-        let mut batch = KvEventBatch::new(now.as_micros());
+        let (hashes, tokens) = events.iter().fold((0, 0), |(h, t), e| match e {
+            KvEvent::BlockStored { hashes, token_ids, .. } => (h + hashes.len(), t + token_ids.len()),
+            KvEvent::BlockRemoved { .. } => (h + 1, t),
+        });
+        let mut batch = KvEventBatch::with_capacity(now.as_micros(), events.len(), hashes, tokens);
         for event in events {
             match event {
                 KvEvent::BlockStored { hashes, parent, token_ids, .. } => batch.push_stored(

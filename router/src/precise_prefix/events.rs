@@ -84,6 +84,17 @@ impl KvEventBatch {
         KvEventBatch { ts_us, ..KvEventBatch::default() }
     }
 
+    /// An empty batch stamped `ts_us` with room for `events` events, `hashes` hashes and
+    /// `tokens` tokens, so filling it allocates three times at most.
+    pub fn with_capacity(ts_us: u64, events: usize, hashes: usize, tokens: usize) -> KvEventBatch {
+        KvEventBatch {
+            ts_us,
+            events: Vec::with_capacity(events),
+            hashes: Vec::with_capacity(hashes),
+            tokens: Vec::with_capacity(tokens),
+        }
+    }
+
     /// Append a `BlockStored` of `hashes` (with their `tokens`) on `medium`.
     pub fn push_stored(
         &mut self,
