@@ -285,20 +285,20 @@ impl EngineHost {
             return;
         }
         let (hashes, tokens) = events.iter().fold((0, 0), |(h, t), e| match e {
-            KvEvent::BlockStored { hashes, token_ids, .. } => (h + hashes.len(), t + token_ids.len()),
+            KvEvent::BlockStored { hashes, tokens, .. } => (h + hashes.len as usize, t + tokens.len as usize),
             KvEvent::BlockRemoved { .. } => (h + 1, t),
         });
         let mut batch = KvEventBatch::with_capacity(now.as_micros(), events.len(), hashes, tokens);
-        for event in events {
-            match event {
-                KvEvent::BlockStored { hashes, parent, token_ids, .. } => batch.push_stored(
-                    hashes,
-                    *parent,
-                    token_ids,
+        for event in events.iter() {
+            match *event {
+                KvEvent::BlockStored { hashes, parent, tokens, .. } => batch.push_stored(
+                    events.hashes(hashes),
+                    parent,
+                    events.tokens(tokens),
                     publish.block_size,
                     Some(publish.medium.clone()),
                 ),
-                KvEvent::BlockRemoved { hash } => batch.push_removed(&[*hash], Some(publish.medium.clone())),
+                KvEvent::BlockRemoved { hash } => batch.push_removed(&[hash], Some(publish.medium.clone())),
             }
         }
         out.send(self.router, publish.delay, ClusterMessage::KvEvents(Box::new(batch)));
