@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 cargo build --release --quiet
 B=${CARGO_TARGET_DIR:-target}/release/blis-actor
 S=fixtures/scenarios/routing
-variants="round-robin default epp-config optimized-baseline default-scrape-1s"
+variants="round-robin default epp-config optimized-baseline default-scrape-1s precise epp-config-precise"
 for v in $variants; do
     "$B" run "$S/chat-8-$v.yaml" --out "$OUT/$v" --quiet > "$OUT/$v.txt" 2>&1
 done
@@ -30,7 +30,7 @@ def f(key, scale=1.0, digits=1):
 print(f"| `{sys.argv[2]}` | {f('prefix_cache_hit_rate', 100)} % | {f('ttft_ms.mean')} | {f('ttft_ms.p99')} | {f('e2e_ms.mean', digits=0)} | {f('e2e_ms.p99', digits=0)} | {f('itl_ms.p99')} |")
 PY
 done
-for pair in "round-robin default" "round-robin epp-config" "default epp-config" "default optimized-baseline" "default default-scrape-1s"; do
+for pair in "round-robin default" "round-robin epp-config" "default epp-config" "default optimized-baseline" "default default-scrape-1s" "default precise" "epp-config epp-config-precise"; do
     set -- $pair
     echo
     echo "compare-configs chat-8-$1 chat-8-$2:"

@@ -206,6 +206,10 @@ pub fn assemble(
         (None, serde_json::to_value(spec).expect("a router spec serialises"))
     };
     let notify_done = llmd.is_some();
+    let kv_events_lag = llmd
+        .as_ref()
+        .is_some_and(|w| w.router.wants_kv_events())
+        .then(|| SimDuration::from_micros(spec.kv_events_delay_us()));
     let table = endpoints
         .iter()
         .map(|(id, name, pool)| (*id, Arc::from(name.as_str()), pool.model.clone()))
@@ -217,9 +221,11 @@ pub fn assemble(
         if options.fault == Some(Fault::LeakKvBlock) {
             engine.inject_kv_leak();
         }
-        assembly
-            .install(*id, EngineHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some()))
-            .map_err(install_error)?;
+        let mut host = EngineHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some());
+        if let Some(lag) = kv_events_lag {
+            host.publish_kv_events(lag);
+        }
+        assembly.install(*id, host).map_err(install_error)?;
     }
     // Token ids are drawn below the smallest vocabulary served, so every engine could take them.
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");

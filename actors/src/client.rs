@@ -583,6 +583,7 @@ impl Client {
             | ClusterMessage::FirstToken(_)
             | ClusterMessage::Scrape
             | ClusterMessage::Metrics(_)
+            | ClusterMessage::KvEvents(_)
             | ClusterMessage::ClientDone => return,
         };
         call.settled_us = Some(now_us);

@@ -21,10 +21,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use blis_contracts::{Rank, RankShares, StepGraph, StepMode};
-use blis_engines::vllm::{FinishedRequest, SchedulerEvent, VllmEngine};
+use blis_engines::vllm::{FinishedRequest, KvEvent, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
 use blis_router::Scrape;
+use blis_router::precise_prefix::KvEventBatch;
 
 use crate::message::{CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage};
 
@@ -65,6 +66,17 @@ pub struct EngineHost {
     /// ∫ KV usage dt over the run, µs, and the highest usage seen.
     kv_usage_integral: f64,
     kv_usage_peak: f64,
+    /// Where the step's KV events go, when the router reads them.
+    kv_events: Option<KvEventsOut>,
+}
+
+/// How an engine publishes its KV events: one batch per step that recorded any, to the router,
+/// after the network delay plus the configured publishing lag.
+struct KvEventsOut {
+    delay: SimDuration,
+    block_size: u32,
+    /// vLLM's medium for its own cache, `GPU`.
+    medium: Arc<str>,
 }
 
 impl EngineHost {
@@ -98,7 +110,20 @@ impl EngineHost {
             priced: RankShares::default(),
             kv_usage_integral: 0.0,
             kv_usage_peak: 0.0,
+            kv_events: None,
         }
+    }
+
+    /// Publish the engine's KV events to the router, each step's batch arriving `lag` after the
+    /// network delay (vLLM's `--kv-events-config`, for a router that indexes them).
+    pub fn publish_kv_events(&mut self, lag: SimDuration) {
+        self.engine.set_record_kv_events(true);
+        let block_size = self.engine.plan().config.block_size;
+        self.kv_events = Some(KvEventsOut {
+            delay: SimDuration::from_micros(self.delay_to_router.as_micros().saturating_add(lag.as_micros())),
+            block_size,
+            medium: Arc::from("GPU"),
+        });
     }
 
     /// The instance's name.
@@ -185,6 +210,7 @@ impl EngineHost {
             | ClusterMessage::Rejection(_)
             | ClusterMessage::FirstToken(_)
             | ClusterMessage::Metrics(_)
+            | ClusterMessage::KvEvents(_)
             | ClusterMessage::ClientDone => return,
         };
         self.admit(&call, now, out);
@@ -232,6 +258,7 @@ impl EngineHost {
                 }
             }
         }
+        self.publish(now, out);
         for done in self.finished.drain(..) {
             let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
             if let Some(answered) = &mut self.answered {
@@ -247,6 +274,34 @@ impl EngineHost {
             };
             out.send(self.router, self.delay_to_router, ClusterMessage::Completion(Box::new(answer)));
         }
+    }
+
+    /// Send the KV events the update just applied published, as one `KVEventBatch` stamped
+    /// `now` (vLLM publishes none for a step without events).
+    fn publish(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        let Some(publish) = &self.kv_events else { return };
+        let events = &self.engine.last_update().kv_events;
+        if events.is_empty() {
+            return;
+        }
+        let (hashes, tokens) = events.iter().fold((0, 0), |(h, t), e| match e {
+            KvEvent::BlockStored { hashes, tokens, .. } => (h + hashes.len as usize, t + tokens.len as usize),
+            KvEvent::BlockRemoved { .. } => (h + 1, t),
+        });
+        let mut batch = KvEventBatch::with_capacity(now.as_micros(), events.len(), hashes, tokens);
+        for event in events.iter() {
+            match *event {
+                KvEvent::BlockStored { hashes, parent, tokens, .. } => batch.push_stored(
+                    events.hashes(hashes),
+                    parent,
+                    events.tokens(tokens),
+                    publish.block_size,
+                    Some(publish.medium.clone()),
+                ),
+                KvEvent::BlockRemoved { hash } => batch.push_removed(&[hash], Some(publish.medium.clone())),
+            }
+        }
+        out.send(self.router, publish.delay, ClusterMessage::KvEvents(Box::new(batch)));
     }
 
     /// Schedule and launch one batch at `now`; returns when the loop comes back to its top

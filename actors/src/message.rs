@@ -9,6 +9,7 @@ use std::sync::Arc;
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{ActorId, Message, MessageClass};
 use blis_router::Scrape;
+use blis_router::precise_prefix::KvEventBatch;
 use serde::{Deserialize, Serialize};
 
 /// Every message kind of the cluster.
@@ -29,6 +30,9 @@ pub enum ClusterMessage {
     Scrape,
     /// An engine's metrics, answering a scrape.
     Metrics(Box<Scrape>),
+    /// The KV events one engine step published, from the engine to the router (sent only when
+    /// the router's config reads them: llm-d's precise prefix cache).
+    KvEvents(Box<KvEventBatch>),
     /// A client will send nothing more (so the router may stop scraping).
     ClientDone,
 }
@@ -37,7 +41,8 @@ impl Message for ClusterMessage {
     /// The class table: which message an actor sees first among those delivered at the same
     /// time. Answers before new work, so an actor settles what finished before it takes on more
     /// (a client or router frees its state first; nothing is decided on stale counts); metrics
-    /// before the requests routed on them.
+    /// before the requests routed on them, and so are KV events (after the metrics, keeping the
+    /// older kinds' relative order).
     fn class(&self) -> MessageClass {
         match self {
             ClusterMessage::Completion(_) => MessageClass(0),
@@ -45,9 +50,10 @@ impl Message for ClusterMessage {
             ClusterMessage::FirstToken(_) => MessageClass(2),
             ClusterMessage::Abort(_) => MessageClass(3),
             ClusterMessage::Metrics(_) => MessageClass(4),
-            ClusterMessage::ClientDone => MessageClass(5),
-            ClusterMessage::Scrape => MessageClass(6),
-            ClusterMessage::Request(_) => MessageClass(7),
+            ClusterMessage::KvEvents(_) => MessageClass(5),
+            ClusterMessage::ClientDone => MessageClass(6),
+            ClusterMessage::Scrape => MessageClass(7),
+            ClusterMessage::Request(_) => MessageClass(8),
         }
     }
 
@@ -60,6 +66,7 @@ impl Message for ClusterMessage {
             ClusterMessage::FirstToken(_) => "first-token",
             ClusterMessage::Scrape => "scrape",
             ClusterMessage::Metrics(_) => "metrics",
+            ClusterMessage::KvEvents(_) => "kv-events",
             ClusterMessage::ClientDone => "client-done",
         }
     }
@@ -128,7 +135,10 @@ impl ClusterMessage {
             ClusterMessage::Completion(m) => m.key,
             ClusterMessage::Rejection(m) => m.key,
             ClusterMessage::Abort(m) | ClusterMessage::FirstToken(m) => m.key,
-            ClusterMessage::Scrape | ClusterMessage::Metrics(_) | ClusterMessage::ClientDone => 0,
+            ClusterMessage::Scrape
+            | ClusterMessage::Metrics(_)
+            | ClusterMessage::KvEvents(_)
+            | ClusterMessage::ClientDone => 0,
         }
     }
 
@@ -139,7 +149,10 @@ impl ClusterMessage {
             ClusterMessage::Completion(m) => m.client,
             ClusterMessage::Rejection(m) => m.client,
             ClusterMessage::Abort(m) | ClusterMessage::FirstToken(m) => m.client,
-            ClusterMessage::Scrape | ClusterMessage::Metrics(_) | ClusterMessage::ClientDone => ActorId(0),
+            ClusterMessage::Scrape
+            | ClusterMessage::Metrics(_)
+            | ClusterMessage::KvEvents(_)
+            | ClusterMessage::ClientDone => ActorId(0),
         }
     }
 }
@@ -181,19 +194,21 @@ mod tests {
         let abort = ClusterMessage::Abort(CallAbort { key: 0, client: ActorId(0) });
         let first = ClusterMessage::FirstToken(CallAbort { key: 0, client: ActorId(0) });
         let metrics = ClusterMessage::Metrics(Box::default());
+        let kv_events = ClusterMessage::KvEvents(Box::default());
         // The expected table, written out. The match is exhaustive: a new variant does not
         // compile until it is given its place here. An abort comes before new work, so an
-        // engine frees what was given up before it admits more; a first token and fresh metrics
-        // reach the router before the requests it routes at the same instant.
+        // engine frees what was given up before it admits more; a first token, fresh metrics and
+        // KV events reach the router before the requests it routes at the same instant.
         let expected = |m: &ClusterMessage| match m {
             ClusterMessage::Completion(_) => 0,
             ClusterMessage::Rejection(_) => 1,
             ClusterMessage::FirstToken(_) => 2,
             ClusterMessage::Abort(_) => 3,
             ClusterMessage::Metrics(_) => 4,
-            ClusterMessage::ClientDone => 5,
-            ClusterMessage::Scrape => 6,
-            ClusterMessage::Request(_) => 7,
+            ClusterMessage::KvEvents(_) => 5,
+            ClusterMessage::ClientDone => 6,
+            ClusterMessage::Scrape => 7,
+            ClusterMessage::Request(_) => 8,
         };
         let all = [
             &completion,
@@ -201,6 +216,7 @@ mod tests {
             &first,
             &abort,
             &metrics,
+            &kv_events,
             &ClusterMessage::ClientDone,
             &ClusterMessage::Scrape,
             &request,
@@ -210,6 +226,6 @@ mod tests {
         }
         let mut classes: Vec<u16> = all.iter().map(|m| m.class().0).collect();
         classes.dedup();
-        assert_eq!(classes.len(), 8, "two kinds share a class");
+        assert_eq!(classes.len(), 9, "two kinds share a class");
     }
 }

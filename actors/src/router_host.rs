@@ -18,6 +18,10 @@
 //! multi-turn conversation is one request, so all its turns share it), and echoes the session
 //! tokens the router wrote on the previous response of the same request, as a client keeping
 //! its session headers does. Headers are built only when a configured plugin reads them.
+//!
+//! When the config indexes KV events (llm-d's precise prefix cache), each engine's per-step
+//! event batches are handed to the router as they arrive, tagged with the endpoint and the model
+//! it serves (the `kv@<pod>@<model>` topic upstream reads them under).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -37,6 +41,8 @@ pub const SESSION_ID_HEADER: &str = "x-session-id";
 pub struct RouterHost {
     engines: Vec<ActorId>,
     engine_names: Vec<Arc<str>>,
+    /// Each endpoint's served model (a KV-event topic's model).
+    engine_models: Vec<Arc<str>>,
     endpoint_of: BTreeMap<ActorId, EndpointIndex>,
     /// Per served model, the endpoints serving it, in name order.
     models: Vec<(Arc<str>, Vec<EndpointIndex>)>,
@@ -220,6 +226,7 @@ impl RouterHost {
         let endpoint_of =
             engines.iter().enumerate().map(|(i, (id, _, _))| (*id, i as EndpointIndex)).collect();
         let engine_names: Vec<Arc<str>> = engines.iter().map(|(_, n, _)| n.clone()).collect();
+        let engine_models: Vec<Arc<str>> = engines.iter().map(|(_, _, m)| m.clone()).collect();
         let policy = match llmd {
             None => Policy::RoundRobin(vec![RoundRobin::default(); models.len()]),
             Some(wiring) => {
@@ -262,6 +269,7 @@ impl RouterHost {
         RouterHost {
             engines: engines.iter().map(|(id, _, _)| *id).collect(),
             engine_names,
+            engine_models,
             endpoint_of,
             models,
             policy,
@@ -585,6 +593,14 @@ impl Actor<ClusterMessage> for RouterHost {
                             (&mut self.policy, self.endpoint_of.get(&sender))
                         {
                             llmd.router.record_scrape(endpoint, &scrape, now.as_micros());
+                        }
+                    }
+                    ClusterMessage::KvEvents(batch) => {
+                        if let (Policy::Llmd(llmd), Some(&endpoint)) =
+                            (&mut self.policy, self.endpoint_of.get(&sender))
+                        {
+                            let model = &self.engine_models[endpoint as usize];
+                            llmd.router.record_kv_events(endpoint, model, &batch);
                         }
                     }
                     ClusterMessage::ClientDone => {

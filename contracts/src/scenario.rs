@@ -89,6 +89,11 @@ pub struct RouterSpec {
     /// (default 0.05).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_metrics_interval_s: Option<f64>,
+    /// How long after an engine step publishes its KV events the router's index applies them,
+    /// beyond the network delay, seconds (default 0): vLLM's publisher thread, ZMQ and the
+    /// index's worker queue. Read only by a config that indexes KV events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_events_delay_s: Option<f64>,
 }
 
 /// Endpoint-picking policies.
@@ -148,11 +153,22 @@ impl RouterSpec {
                 "must be between 1 µs and 3600 s (llm-d scrapes each endpoint on this interval)",
             ));
         }
+        if let Some(delay) = self.kv_events_delay_s
+            && !(delay.is_finite() && (0.0..=60.0).contains(&delay))
+        {
+            return Err(FieldError::new(
+                "cluster.router.kv_events_delay_s",
+                delay,
+                "must be between 0 and 60 s (the lag from an engine step publishing its KV events to the router \
+                 indexing them)",
+            ));
+        }
         if self.policy.is_some() {
             for (field, set) in [
                 ("version", self.version.is_some()),
                 ("allow_experimental_plugins", self.allow_experimental_plugins),
                 ("refresh_metrics_interval_s", self.refresh_metrics_interval_s.is_some()),
+                ("kv_events_delay_s", self.kv_events_delay_s.is_some()),
             ] {
                 if set {
                     return Err(FieldError::at(
@@ -163,6 +179,11 @@ impl RouterSpec {
             }
         }
         Ok(())
+    }
+
+    /// The KV-event lag beyond the network delay, µs (rounded up).
+    pub fn kv_events_delay_us(&self) -> u64 {
+        (self.kv_events_delay_s.unwrap_or(0.0) * 1e6).ceil() as u64
     }
 
     /// The scrape interval, µs.

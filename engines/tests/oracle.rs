@@ -165,11 +165,11 @@ impl Replay {
             .kv_events
             .iter()
             .map(|e| match e {
-                KvEvent::BlockStored { request: _, first_block, hashes, parent } => json!([
+                KvEvent::BlockStored { request: _, first_block, hashes, parent, tokens: _ } => json!([
                     "S",
                     first_block,
-                    hashes.len(),
-                    hashes.iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>(),
+                    hashes.len,
+                    update.kv_events.hashes(*hashes).iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>(),
                     parent.map(|h| format!("{h:016x}"))
                 ]),
                 KvEvent::BlockRemoved { hash } => json!(["R", [format!("{hash:016x}")]]),

@@ -268,18 +268,16 @@ fn kv_events_are_published_only_when_turned_on_and_carry_vllms_hashes() {
     assert!(run(false).is_empty());
     let events = run(true);
     // 40 prompt tokens fill two blocks of 16, cached in one BlockStored event whose values are
-    // the last 8 bytes of vLLM's SHA-256 block hashes.
+    // the last 8 bytes of vLLM's SHA-256 block hashes and whose token ids are those 32 tokens.
     let tokens: Vec<u32> = (0..32).collect();
     let mut scratch = Vec::new();
     let first = hash_block(&none_hash(), &tokens[..16], &mut scratch);
     let second = hash_block(&first, &tokens[16..], &mut scratch);
-    assert_eq!(
-        events,
-        vec![KvEvent::BlockStored {
-            request: 0,
-            first_block: 0,
-            hashes: vec![event_value(&first), event_value(&second)],
-            parent: None
-        }]
-    );
+    let all: Vec<KvEvent> = events.iter().copied().collect();
+    let [KvEvent::BlockStored { request: 0, first_block: 0, hashes, parent: None, tokens: span }] = all[..]
+    else {
+        panic!("{all:?}")
+    };
+    assert_eq!(events.hashes(hashes), [event_value(&first), event_value(&second)]);
+    assert_eq!(events.tokens(span), &tokens[..]);
 }

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::params::{ParamError, drop_null_keys, render};
 use crate::plugins::{self, DataKey, PluginKind};
+use crate::precise_prefix::{PRECISE_PRODUCER_TYPE, PRECISE_SCORER_TYPE};
 use crate::registry::{self, Stability, Support};
 use crate::view::PluginInstance;
 
@@ -526,6 +527,7 @@ impl Loader {
                 format!("plugin '{detector_ref}' is not a fwkfc.SaturationDetector"),
             ));
         }
+        self.note_unsubscribed_producers();
         self.create_missing_producers()?;
         self.check_stability()?;
         let producers = self.order_producers()?;
@@ -596,9 +598,19 @@ impl Loader {
             self.warnings
                 .push(format!("DEPRECATION warning: plugin is deprecated (plugin {name}, type {type_name})"));
         }
-        let built = plugins::build(type_name, params)
-            .expect("every modelled type has a factory")
-            .map_err(|e| plugin_error(path, name, type_name, e))?;
+        let built = if type_name == PRECISE_SCORER_TYPE {
+            let producers: Vec<&str> = self
+                .raw
+                .plugins
+                .iter()
+                .filter(|p| p.type_name == PRECISE_PRODUCER_TYPE)
+                .map(|p| p.name.as_str())
+                .collect();
+            plugins::precise::build_legacy_scorer(name, params, &producers)
+        } else {
+            plugins::build(type_name, params).expect("every modelled type has a factory")
+        }
+        .map_err(|e| plugin_error(path, name, type_name, e))?;
         for (field, reason) in built.inert {
             self.inert.push(InertSetting { path: join(&format!("{path}.parameters"), &field), reason });
         }
@@ -950,6 +962,9 @@ impl Loader {
                 })?;
                 extractors.push(e);
             }
+            if matches!(self.plugins[at].kind, PluginKind::EndpointNotificationSource) {
+                self.wire_endpoint_extractors(&path, at, &extractors)?;
+            }
             sources.push(DataSource { source: at, extractors });
         }
         Ok(sources)
@@ -984,6 +999,68 @@ impl Loader {
                 path: "flowControl.enableEviction".to_owned(),
                 reason: reason.to_owned(),
             });
+        }
+    }
+
+    /// An `endpoint-notification-source`'s extractors (`datalayer/runtime.go::validateSourceExtractors`):
+    /// each must be an endpoint extractor, no type twice; each precise producer among them
+    /// subscribes to every endpoint's KV events.
+    fn wire_endpoint_extractors(
+        &mut self,
+        path: &str,
+        source: usize,
+        extractors: &[usize],
+    ) -> Result<(), ConfigError> {
+        for (j, &e) in extractors.iter().enumerate() {
+            let at = format!("{path}.extractors[{j}].pluginRef");
+            let (src, ext) = (&self.plugins[source], &self.plugins[e]);
+            if extractors[..j].iter().any(|&d| self.plugins[d].type_name == ext.type_name) {
+                return Err(ConfigError::value(
+                    at,
+                    &ext.name,
+                    format!(
+                        "duplicate extractor type configured for the same source: source={}/{}, extractor type={}",
+                        src.name, src.type_name, ext.type_name
+                    ),
+                ));
+            }
+            match &mut self.plugins[e].kind {
+                PluginKind::PrecisePrefixProducer(p) => p.inner.wire_endpoint_notifications(),
+                PluginKind::PrecisePrefixScorer(s) => s.producer.inner.wire_endpoint_notifications(),
+                PluginKind::InFlightLoadProducer(_) => {}
+                _ => {
+                    let (src, ext) = (&self.plugins[source], &self.plugins[e]);
+                    return Err(ConfigError::value(
+                        at,
+                        &ext.name,
+                        format!(
+                            "endpoint source {}/{} requires an EndpointExtractor; extractor {}/{} does not implement it",
+                            src.name, src.type_name, ext.name, ext.type_name
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A precise producer neither on a global socket nor an extractor of an
+    /// `endpoint-notification-source` subscribes to no engine, as upstream's does: its index
+    /// stays empty. Upstream says nothing; we warn.
+    fn note_unsubscribed_producers(&mut self) {
+        for plugin in &self.plugins {
+            let producer = match &plugin.kind {
+                PluginKind::PrecisePrefixProducer(p) => &p.inner,
+                PluginKind::PrecisePrefixScorer(s) => &s.producer.inner,
+                _ => continue,
+            };
+            if !producer.subscribed() {
+                self.warnings.push(format!(
+                    "{}: no KV events will reach it (no kvEventsConfig.zmqEndpoint, and it is not an extractor of an \
+                     endpoint-notification-source with discoverPods on), so its index stays empty",
+                    plugin.name
+                ));
+            }
         }
     }
 
@@ -1139,6 +1216,7 @@ impl Loader {
                 }
                 PluginKind::ConcurrencyDetector(d) => d.producer = first(InFlightLoad),
                 PluginKind::InFlightLoadProducer(p) => p.prefix_producer = first(PrefixCacheMatchInfo),
+                PluginKind::PrecisePrefixScorer(s) => s.scorer.producer = first(PrefixCacheMatchInfo),
                 _ => {}
             }
         }

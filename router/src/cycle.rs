@@ -25,6 +25,7 @@ use crate::config::RouterConfig;
 use crate::endpoint::{Endpoint, EndpointIndex, Scrape};
 use crate::plugins::disagg::{self, ProfileRun, Stage};
 use crate::plugins::{PluginKind, scorers};
+use crate::precise_prefix::KvEventBatch;
 use crate::request::RoutingRequest;
 use crate::view::{Attributes, PluginInstance, View};
 
@@ -372,6 +373,30 @@ impl Router {
         }
     }
 
+    /// Take in a batch of KV events `endpoint` (serving `model`) published, in every precise
+    /// producer subscribed to it.
+    pub fn record_kv_events(&mut self, endpoint: EndpointIndex, model: &str, batch: &KvEventBatch) {
+        for plugin in &mut self.config.plugins {
+            let producer = match &mut plugin.kind {
+                PluginKind::PrecisePrefixProducer(p) => &mut p.inner,
+                PluginKind::PrecisePrefixScorer(s) => &mut s.producer.inner,
+                _ => continue,
+            };
+            if producer.subscribed() {
+                producer.apply_batch(endpoint, model, batch);
+            }
+        }
+    }
+
+    /// Whether any plugin reads the engines' KV events (so the engines should publish them).
+    pub fn wants_kv_events(&self) -> bool {
+        self.config.plugins.iter().any(|p| match &p.kind {
+            PluginKind::PrecisePrefixProducer(producer) => producer.inner.subscribed(),
+            PluginKind::PrecisePrefixScorer(s) => s.producer.inner.subscribed(),
+            _ => false,
+        })
+    }
+
     /// Whether any plugin releases state on a response's first chunk.
     pub fn wants_first_chunk(&self) -> bool {
         self.config.plugins.iter().any(|p| matches!(p.kind, PluginKind::InFlightLoadProducer(_)))
@@ -426,6 +451,24 @@ impl Router {
                 PluginKind::SessionIdProducer(producer) => {
                     let id = producer.extract(|h| request.header(h));
                     self.attributes.set_session_id(p, id);
+                }
+                PluginKind::PrecisePrefixProducer(producer) => {
+                    let prompts: &[&[u32]] =
+                        if self.attributes.tokenized { &[request.prompt_token_ids] } else { &[] };
+                    write_precise(&mut self.attributes, p, endpoints, producer, request, prompts, candidates);
+                }
+                PluginKind::PrecisePrefixScorer(legacy) => {
+                    let prompts: &[&[u32]] =
+                        if self.attributes.tokenized { &[request.prompt_token_ids] } else { &[] };
+                    write_precise(
+                        &mut self.attributes,
+                        p,
+                        endpoints,
+                        &mut legacy.producer,
+                        request,
+                        prompts,
+                        candidates,
+                    );
                 }
                 PluginKind::InFlightLoadProducer(_) => {
                     let input =
@@ -581,6 +624,25 @@ impl Router {
     }
 }
 
+/// Run a precise producer and write its match info for `candidates` into plugin `p`'s slots
+/// (none at all when no prompt fills a block, as upstream writes nothing then).
+fn write_precise(
+    attributes: &mut Attributes,
+    p: usize,
+    endpoints: usize,
+    producer: &mut crate::plugins::precise::Producer,
+    request: &RoutingRequest,
+    prompts: &[&[u32]],
+    candidates: &[EndpointIndex],
+) {
+    let matches = &mut producer.matches;
+    producer.inner.produce(request.model, request.cache_salt, prompts, candidates, endpoints, matches);
+    let slots = attributes.prefix_slots(p, endpoints);
+    for (&e, m) in candidates.iter().zip(matches.iter()) {
+        slots[e as usize] = Some(m.info);
+    }
+}
+
 fn refused(status: u16, reason: &str) -> Decision {
     Decision::Refused { status, reason: reason.to_owned() }
 }
@@ -640,6 +702,12 @@ fn score(view: &View, kind: &PluginKind, candidates: &[EndpointIndex], out: &mut
         PluginKind::RunningRequestsSizeScorer => scorers::running(view, candidates, out),
         PluginKind::LoadAwareScorer(s) => s.score(view, candidates, out),
         PluginKind::PrefixCacheScorer(s) => {
+            for (slot, &e) in out.iter_mut().zip(candidates) {
+                *slot = Some(s.score(view.prefix_info(s.producer, e).as_ref()));
+            }
+        }
+        PluginKind::PrecisePrefixScorer(legacy) => {
+            let s = &legacy.scorer;
             for (slot, &e) in out.iter_mut().zip(candidates) {
                 *slot = Some(s.score(view.prefix_info(s.producer, e).as_ref()));
             }

@@ -17,6 +17,7 @@ pub mod endpoint;
 pub mod flow_control;
 pub mod params;
 pub mod plugins;
+pub mod precise_prefix;
 pub mod registry;
 pub mod request;
 pub mod round_robin;

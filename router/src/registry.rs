@@ -45,7 +45,6 @@ const FLOW: &str = "not ported with flow control, which models the fcfs, edf and
 const PD: &str = "this P/D plugin is not ported (disagg-profile-handler and its deciders are)";
 const LATENCY: &str = "the latency predictor (a trained model) is not ported";
 const MULTICLUSTER: &str = "multi-cluster routing is not simulated";
-const KV_EVENTS: &str = "precise prefix caching from KV events comes with its own port";
 const DATA: &str = "endpoints and their attributes come from the scenario's pools";
 const MULTIMODAL: &str = "multimodal requests are not simulated";
 const PARSER: &str = "blis-actor's clients send OpenAI completions with token ids";
@@ -92,7 +91,7 @@ pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("encode-filter", Beta, Modelled),
     ty("endpoint-attribute-filter", Alpha, NotModelled(DATA)),
     ty("endpoint-attribute-scorer", Alpha, NotModelled(DATA)),
-    ty("endpoint-notification-source", Beta, NotModelled(KV_EVENTS)),
+    ty("endpoint-notification-source", Beta, Modelled),
     ty("fcfs-ordering-policy", Beta, Modelled),
     ty("file-discovery", Beta, NotModelled(DATA)),
     ty("global-strict-fairness-policy", Beta, Modelled),
@@ -127,8 +126,8 @@ pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("p2p-source-producer", Alpha, NotModelled("KV offloading peers come with the KV-tiering port")),
     ty("passthrough-parser", Beta, NotModelled(PARSER)),
     deprecated("pd-profile-handler", NotModelled(PD)),
-    ty("precise-prefix-cache-producer", Beta, NotModelled(KV_EVENTS)),
-    ty("precise-prefix-cache-scorer", Beta, NotModelled(KV_EVENTS)),
+    ty("precise-prefix-cache-producer", Beta, Modelled),
+    ty("precise-prefix-cache-scorer", Beta, Modelled),
     ty("predicted-latency-producer", Beta, NotModelled(LATENCY)),
     ty("prefill-filter", Beta, Modelled),
     deprecated("prefill-header-handler", NotModelled(PD)),

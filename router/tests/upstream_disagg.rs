@@ -26,7 +26,12 @@ fn decider(non_cached_tokens: i64, prompt_tokens: i64) -> PrefixDecider {
 /// Match info of `cached` of `total` tokens at block size 1 (`NewPrefixCacheMatchInfo(cached,
 /// total, 1)`).
 fn info(cached: u64, total: u64) -> PrefixMatchInfo {
-    PrefixMatchInfo { match_blocks: cached, total_blocks: total, block_size_tokens: 1 }
+    PrefixMatchInfo {
+        match_blocks: cached,
+        total_blocks: total,
+        block_size_tokens: 1,
+        cached_block_count: cached,
+    }
 }
 
 fn ran(targets: &[u32]) -> ProfileRun {
@@ -90,15 +95,20 @@ fn disaggregate() {
 }
 
 /// upstream: prefix_based_pd_decider_test.go::TestDisaggregate_UsesUnweightedCachedBlockCount
-/// (the fixed half: 240 cached blocks of 16 of a 4096-token prompt leave 256 < 512 uncached;
-/// this port's match info holds only the unweighted count) and TestDisaggregateNoPrefixInfo.
+/// (240 cached blocks of 16 of a 4096-token prompt, 192 once CPU-tier weights apply: the
+/// decider counts the 240, leaving 256 < 512 uncached) and TestDisaggregateNoPrefixInfo.
 #[test]
 fn disaggregate_uses_the_cached_block_count_and_needs_match_info() {
     let d = decider(512, 0);
-    let fixed = PrefixMatchInfo { match_blocks: 240, total_blocks: 256, block_size_tokens: 16 };
-    assert!(!d.disaggregate(4096, Some(0), Some(fixed)));
-    let weighted_only = PrefixMatchInfo { match_blocks: 192, ..fixed };
-    assert!(d.disaggregate(4096, Some(0), Some(weighted_only)));
+    let weighted = PrefixMatchInfo {
+        match_blocks: 192,
+        total_blocks: 256,
+        block_size_tokens: 16,
+        cached_block_count: 240,
+    };
+    assert!(!d.disaggregate(4096, Some(0), Some(weighted)), "the unweighted count decides");
+    let fewer_cached = PrefixMatchInfo { cached_block_count: 192, ..weighted };
+    assert!(d.disaggregate(4096, Some(0), Some(fewer_cached)));
     assert!(!decider(5, 0).disaggregate(100, Some(0), None), "no prefix info");
 }
 

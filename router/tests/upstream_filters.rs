@@ -44,6 +44,7 @@ fn run_affinity(filter: &PrefixCacheAffinity, endpoints: &[(&str, i64, u64)]) ->
                 match_blocks: prefix as u64,
                 total_blocks: 100,
                 block_size_tokens: 16,
+                cached_block_count: prefix as u64,
             });
         }
     }

@@ -34,7 +34,7 @@ fn with_output() -> InFlightLoad {
 }
 
 fn info(match_blocks: u64, total_blocks: u64, block_size_tokens: u32) -> Option<PrefixMatchInfo> {
-    Some(PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens })
+    Some(PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens, cached_block_count: match_blocks })
 }
 
 const E: u32 = 0;

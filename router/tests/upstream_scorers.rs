@@ -237,6 +237,7 @@ fn lru_fixture(names: &[&str], warm: &[usize]) -> (Vec<blis_router::Endpoint>, A
             match_blocks: 5,
             total_blocks: 10,
             block_size_tokens: 1,
+            cached_block_count: 5,
         });
     }
     (endpoints, attributes)

@@ -23,26 +23,110 @@ pub type BlockId = u32;
 
 const NONE: u32 = u32::MAX;
 
-/// A KV-cache event, as vLLM publishes them (hash values are the events' 64-bit form).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A run of a [`KvEvents`] buffer: `start..start + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventSpan {
+    /// First index.
+    pub start: u32,
+    /// How many.
+    pub len: u32,
+}
+
+impl EventSpan {
+    fn range(self) -> std::ops::Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+}
+
+/// A KV-cache event, as vLLM publishes them (hash values are the events' 64-bit form); a
+/// stored event's hashes and tokens live in its [`KvEvents`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvEvent {
     /// Full blocks were cached: their hashes, their predecessor's hash (none at a request's
-    /// first block), and the index of the first block in its request with the request's key.
+    /// first block), their tokens, and the index of the first block in its request with the
+    /// request's key.
     BlockStored {
         /// The caching request's key.
         request: u64,
         /// Index of the first block within the request.
         first_block: u32,
         /// Hashes of the blocks, in order.
-        hashes: Vec<u64>,
+        hashes: EventSpan,
         /// Hash of the block before the first, if any.
         parent: Option<u64>,
+        /// The blocks' token ids, concatenated (`block_size` per block).
+        tokens: EventSpan,
     },
     /// A cached block was evicted on reuse.
     BlockRemoved {
         /// Its hash.
         hash: u64,
     },
+}
+
+/// KV events in emission order, every stored event's hashes and tokens in two shared buffers,
+/// so recording allocates nothing once the buffers have grown.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvEvents {
+    events: Vec<KvEvent>,
+    hashes: Vec<u64>,
+    tokens: Vec<u32>,
+}
+
+impl KvEvents {
+    /// The events, in emission order.
+    pub fn iter(&self) -> std::slice::Iter<'_, KvEvent> {
+        self.events.iter()
+    }
+
+    /// How many events.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The hashes a stored event's span names.
+    pub fn hashes(&self, span: EventSpan) -> &[u64] {
+        &self.hashes[span.range()]
+    }
+
+    /// The tokens a stored event's span names.
+    pub fn tokens(&self, span: EventSpan) -> &[u32] {
+        &self.tokens[span.range()]
+    }
+
+    /// Forget every event, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.events.clear();
+        self.hashes.clear();
+        self.tokens.clear();
+    }
+
+    /// Move every event of `other` to the end of these (swapping buffers when these are empty).
+    fn append(&mut self, other: &mut KvEvents) {
+        if self.events.is_empty() {
+            self.clear();
+            std::mem::swap(self, other);
+            return;
+        }
+        let (h, t) = (self.hashes.len() as u32, self.tokens.len() as u32);
+        self.events.extend(other.events.drain(..).map(|e| match e {
+            KvEvent::BlockStored { request, first_block, hashes, parent, tokens } => KvEvent::BlockStored {
+                request,
+                first_block,
+                hashes: EventSpan { start: hashes.start + h, len: hashes.len },
+                parent,
+                tokens: EventSpan { start: tokens.start + t, len: tokens.len },
+            },
+            removed => removed,
+        }));
+        self.hashes.append(&mut other.hashes);
+        self.tokens.append(&mut other.tokens);
+    }
 }
 
 /// The pool of KV blocks of one instance.
@@ -56,7 +140,7 @@ pub struct BlockPool {
     free: u32,
     index: CacheIndex,
     caching: bool,
-    events: Vec<KvEvent>,
+    events: KvEvents,
     record_events: bool,
 }
 
@@ -73,7 +157,7 @@ impl BlockPool {
             free: 0,
             index: CacheIndex::new(if caching { n } else { 0 }),
             caching,
-            events: Vec::new(),
+            events: KvEvents::default(),
             record_events: caching,
         };
         for id in 0..num_blocks {
@@ -168,14 +252,17 @@ impl BlockPool {
     }
 
     /// Cache `blocks[cached..full]` of the request with key `request` under `keys[cached..]`;
-    /// when events are recorded, `hashes[..full]` are the blocks' SHA-256 hashes and one
-    /// `BlockStored` event is recorded.
+    /// when events are recorded, `hashes[..full]` are the blocks' SHA-256 hashes, `tokens` the
+    /// request's tokens (`block_size` per block) and one `BlockStored` event is recorded.
+    #[allow(clippy::too_many_arguments)]
     pub fn cache_full_blocks(
         &mut self,
         request: u64,
         blocks: &[BlockId],
         keys: &[BlockKey],
         hashes: &[BlockHash],
+        tokens: &[u32],
+        block_size: usize,
         cached: usize,
         full: usize,
     ) {
@@ -196,24 +283,28 @@ impl BlockPool {
             }
         }
         if self.record_events {
-            let stored = blocks[cached..full]
-                .iter()
-                .zip(&hashes[cached..full])
-                .filter(|&(&id, _)| id != 0)
-                .map(|(_, hash)| event_value(hash))
-                .collect();
+            let events = &mut self.events;
+            let (h, t) = (events.hashes.len(), events.tokens.len());
+            for i in (cached..full).filter(|&i| blocks[i] != 0) {
+                events.hashes.push(event_value(&hashes[i]));
+                events.tokens.extend_from_slice(&tokens[i * block_size..(i + 1) * block_size]);
+            }
             let parent = (cached > 0).then(|| event_value(&hashes[cached - 1]));
-            self.events.push(KvEvent::BlockStored {
+            let span =
+                |start: usize, end: usize| EventSpan { start: start as u32, len: (end - start) as u32 };
+            let event = KvEvent::BlockStored {
                 request,
                 first_block: cached as u32,
-                hashes: stored,
+                hashes: span(h, events.hashes.len()),
                 parent,
-            });
+                tokens: span(t, events.tokens.len()),
+            };
+            events.events.push(event);
         }
     }
 
     /// Events since the last call, in emission order.
-    pub fn take_events(&mut self, into: &mut Vec<KvEvent>) {
+    pub fn take_events(&mut self, into: &mut KvEvents) {
         into.append(&mut self.events);
     }
 
@@ -261,7 +352,7 @@ impl BlockPool {
             self.index.remove(slot);
         }
         if self.record_events {
-            self.events.push(KvEvent::BlockRemoved { hash: self.blocks[id as usize].event_hash });
+            self.events.events.push(KvEvent::BlockRemoved { hash: self.blocks[id as usize].event_hash });
         }
     }
 
@@ -465,7 +556,8 @@ mod tests {
         pool.get_new_blocks(2, &mut blocks);
         let hashes = [[1u8; 32], [2u8; 32]];
         let keys = [11, 12];
-        pool.cache_full_blocks(7, &blocks, &keys, &hashes, 0, 2);
+        let tokens = [5, 6, 7, 8];
+        pool.cache_full_blocks(7, &blocks, &keys, &hashes, &tokens, 2, 0, 2);
         pool.free_blocks(blocks.iter().rev().copied());
         assert_eq!(pool.free_queue(), vec![3, 4, 2, 1]);
         assert_eq!(pool.get_cached_block(keys[0]), Some(1));
@@ -477,11 +569,18 @@ mod tests {
         pool.get_new_blocks(3, &mut more);
         assert_eq!(more, vec![3, 4, 2]);
         assert_eq!(pool.get_cached_block(keys[1]), None);
-        let mut events = Vec::new();
+        let mut events = KvEvents::default();
         pool.take_events(&mut events);
-        assert_eq!(events.len(), 2);
-        assert!(matches!(events[0], KvEvent::BlockStored { request: 7, first_block: 0, parent: None, .. }));
-        assert_eq!(events[1], KvEvent::BlockRemoved { hash: event_value(&hashes[1]) });
+        let all: Vec<KvEvent> = events.iter().copied().collect();
+        assert_eq!(all.len(), 2);
+        let KvEvent::BlockStored { request: 7, first_block: 0, parent: None, hashes: stored, tokens: span } =
+            all[0]
+        else {
+            panic!("{:?}", all[0])
+        };
+        assert_eq!(events.hashes(stored), [event_value(&hashes[0]), event_value(&hashes[1])]);
+        assert_eq!(events.tokens(span), [5, 6, 7, 8], "a stored event carries its blocks' tokens");
+        assert_eq!(all[1], KvEvent::BlockRemoved { hash: event_value(&hashes[1]) });
     }
 
     #[test]
@@ -491,7 +590,7 @@ mod tests {
         let mut blocks = Vec::new();
         pool.get_new_blocks(3, &mut blocks);
         for &id in &blocks {
-            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], 0, 1);
+            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], &[], 1, 0, 1);
         }
         pool.free_blocks(blocks.iter().copied());
         assert_eq!(pool.get_cached_block(5), Some(1));
@@ -500,7 +599,7 @@ mod tests {
         assert_eq!((reused[0], pool.get_cached_block(5)), (1, Some(2)));
         pool.get_new_blocks(2, &mut reused);
         assert_eq!(pool.get_cached_block(5), None);
-        let mut events = Vec::new();
+        let mut events = KvEvents::default();
         pool.take_events(&mut events);
         assert!(events.is_empty(), "no events unless recorded");
     }

@@ -126,9 +126,9 @@ impl VllmEngine {
             config.max_model_len,
             config.enable_prefix_caching,
         );
-        // No actor consumes KV events yet, so an instance records none (until
-        // `set_record_kv_events`) and computes no SHA-256 block hash; prefix hits are decided by
-        // block keys either way.
+        // Only a router that indexes KV events (llm-d's precise prefix cache) reads them, so an
+        // instance records none until `set_record_kv_events` and computes no SHA-256 block hash;
+        // prefix hits are decided by block keys either way.
         kv.set_record_events(false);
         let metrics = MetricsSnapshot::new(CacheConfigInfo {
             block_size: config.block_size,
@@ -308,9 +308,8 @@ impl VllmEngine {
     }
 
     /// Publish KV events with each update (`last_update().kv_events`) or not. An instance
-    /// starts without them — nothing in the cluster consumes them yet — and so computes no
-    /// SHA-256 block hash; a consumer (a KV-event-aware router) turns them on before the first
-    /// request.
+    /// starts without them, and so computes no SHA-256 block hash; the engine host turns them on
+    /// before the first request when the router's config indexes them.
     pub fn set_record_kv_events(&mut self, on: bool) {
         self.scheduler.set_record_kv_events(on);
     }

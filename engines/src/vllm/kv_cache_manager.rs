@@ -11,7 +11,7 @@
 //! blocks last first; their hashes stay until the blocks are reused.
 
 use super::block_hash::extend_hashes;
-use super::block_pool::{BlockId, BlockPool, KvEvent};
+use super::block_pool::{BlockId, BlockPool, KvEvents};
 use super::request::Request;
 
 /// Prefix-cache lookups since the last snapshot, split as vLLM splits them: lookups by
@@ -176,6 +176,8 @@ impl KvCacheManager {
             &request.blocks,
             &request.block_keys,
             &request.block_hashes,
+            &request.tokens,
+            self.block_size as usize,
             cached,
             full,
         );
@@ -208,7 +210,7 @@ impl KvCacheManager {
     }
 
     /// KV events since the last call.
-    pub fn take_events(&mut self, into: &mut Vec<KvEvent>) {
+    pub fn take_events(&mut self, into: &mut KvEvents) {
         self.pool.take_events(into);
     }
 

@@ -35,7 +35,7 @@ mod invariants;
 
 use std::collections::BTreeMap;
 
-use super::block_pool::{BlockId, KvEvent};
+use super::block_pool::{BlockId, KvEvents};
 use super::kv_cache_manager::{KvCacheManager, PrefixCacheStats};
 use super::queue::{PriorityKey, WaitingQueue};
 use super::request::{EngineRequest, Request, Status};
@@ -225,7 +225,7 @@ pub struct UpdateOutput {
     /// The scheduler's statistics after the update.
     pub stats: SchedulerStats,
     /// The KV events published with this update.
-    pub kv_events: Vec<KvEvent>,
+    pub kv_events: KvEvents,
 }
 
 /// vLLM's `SchedulerStats`, as attached to every update.

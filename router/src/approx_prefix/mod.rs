@@ -44,6 +44,10 @@ pub struct PrefixMatchInfo {
     pub total_blocks: u64,
     /// The block size the request was hashed with, tokens.
     pub block_size_tokens: u32,
+    /// Leading blocks cached, unweighted by medium (upstream's `CachedBlockCount`: the precise
+    /// producer's count before its medium weights; the approximate producer's is
+    /// `match_blocks`). The prefix-based P/D decider reads it.
+    pub cached_block_count: u64,
 }
 
 /// One request's block hashes, prompt by prompt, with the block size used; reusable across
@@ -204,7 +208,12 @@ impl ApproxPrefixProducer {
         out.clear();
         out.extend(candidates.iter().map(|&c| {
             let match_blocks = counts.get(c as usize).copied().unwrap_or(0);
-            PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens: *block_size }
+            PrefixMatchInfo {
+                match_blocks,
+                total_blocks,
+                block_size_tokens: *block_size,
+                cached_block_count: match_blocks,
+            }
         }));
         for endpoint in touched.drain(..) {
             counts[endpoint as usize] = 0;

@@ -101,7 +101,7 @@ mod tests {
     use super::*;
 
     fn info(match_blocks: u64, total_blocks: u64, block_size_tokens: u32) -> PrefixMatchInfo {
-        PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens }
+        PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens, cached_block_count: match_blocks }
     }
 
     /// upstream: scorer/prefix/plugin_test.go::TestPrefixPluginScore

@@ -66,7 +66,7 @@ fn listed(p: &ApproxPrefixProducer, hash: u64) -> Vec<u32> {
 }
 
 fn info(match_blocks: u64, total_blocks: u64, block_size_tokens: u32) -> PrefixMatchInfo {
-    PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens }
+    PrefixMatchInfo { match_blocks, total_blocks, block_size_tokens, cached_block_count: match_blocks }
 }
 
 /// upstream: approximateprefix/plugin_test.go::TestProduce

@@ -360,8 +360,8 @@ impl PrefixDecider {
     }
 
     /// `disaggregate`: for a prompt of `input_tokens` tokens (0 without a tokenized prompt),
-    /// the decode winner `endpoint` and the match info the default approximate producer wrote
-    /// on it.
+    /// the decode winner `endpoint` and the match info the default prefix producer wrote on
+    /// it (its unweighted cached blocks: medium weights do not make a block less cached).
     pub fn disaggregate(
         &self,
         input_tokens: u64,
@@ -379,7 +379,7 @@ impl PrefixDecider {
             return false;
         }
         let Some(info) = info else { return false };
-        let cached = i64::try_from(info.match_blocks)
+        let cached = i64::try_from(info.cached_block_count)
             .unwrap_or(i64::MAX)
             .saturating_mul(i64::from(info.block_size_tokens));
         input.saturating_sub(cached) >= self.non_cached_tokens

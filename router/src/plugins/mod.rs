@@ -11,6 +11,7 @@ pub mod disagg;
 pub mod filters;
 pub mod inflight;
 pub mod pickers;
+pub mod precise;
 pub mod prefix;
 pub mod saturation;
 pub mod scorers;
@@ -133,6 +134,13 @@ pub enum PluginKind {
     ApproxPrefixProducer(Box<prefix::Producer>),
     /// `inflight-load-producer`.
     InFlightLoadProducer(inflight::InFlightLoad),
+    /// `precise-prefix-cache-producer`.
+    PrecisePrefixProducer(Box<precise::Producer>),
+    /// The deprecated `precise-prefix-cache-scorer` hosting its own producer (when it defers to
+    /// a configured producer it is a [`PluginKind::PrefixCacheScorer`]).
+    PrecisePrefixScorer(Box<precise::LegacyScorer>),
+    /// `endpoint-notification-source`: tells its extractors of endpoints joining and leaving.
+    EndpointNotificationSource,
     /// `metrics-data-source`.
     MetricsDataSource(data_layer::MetricsDataSource),
     /// `core-metrics-extractor`.
@@ -212,6 +220,8 @@ pub fn build(type_name: &str, params: Option<&Value>) -> Option<Result<Built, Pa
         "approx-prefix-cache-producer" => prefix::Producer::build(params),
         "inflight-load-producer" => inflight::InFlightLoad::build(params),
         "metrics-data-source" => data_layer::MetricsDataSource::build(params),
+        "precise-prefix-cache-producer" => precise::Producer::build(params),
+        "endpoint-notification-source" => Ok(Built::ignoring(PluginKind::EndpointNotificationSource, params)),
         "core-metrics-extractor" => data_layer::build_extractor(params),
         "openai-parser" | "anthropic-parser" | "vllmhttp-parser" => {
             Ok(Built::ignoring(PluginKind::Parser(data_layer::Parser::of(type_name)), params))
@@ -257,6 +267,7 @@ impl PluginKind {
                 | PluginKind::TokenLoadScorer(_)
                 | PluginKind::ActiveRequestScorer(_)
                 | PluginKind::NoHitLruScorer(_)
+                | PluginKind::PrecisePrefixScorer(_)
         ) || matches!(self, PluginKind::SessionAffinity(s) if s.role == session::Role::Scorer)
     }
 
@@ -287,14 +298,16 @@ impl PluginKind {
 
     /// Whether it is a data source.
     pub fn is_data_source(&self) -> bool {
-        matches!(self, PluginKind::MetricsDataSource(_))
+        matches!(self, PluginKind::MetricsDataSource(_) | PluginKind::EndpointNotificationSource)
     }
 
     /// The data keys it writes, for an instance named `name`.
     pub fn produces(&self, name: &str) -> Vec<DataKey> {
         match self {
             PluginKind::TokenProducer(_) => vec![DataKey::new(DataType::TokenizedPrompt, name)],
-            PluginKind::ApproxPrefixProducer(_) => vec![DataKey::new(DataType::PrefixCacheMatchInfo, name)],
+            PluginKind::ApproxPrefixProducer(_)
+            | PluginKind::PrecisePrefixProducer(_)
+            | PluginKind::PrecisePrefixScorer(_) => vec![DataKey::new(DataType::PrefixCacheMatchInfo, name)],
             PluginKind::InFlightLoadProducer(_) => vec![
                 DataKey::new(DataType::InFlightLoad, name),
                 DataKey::new(DataType::UncachedRequestTokens, name),
@@ -315,7 +328,10 @@ impl PluginKind {
             PluginKind::UtilizationFilter(f) => f.keys(),
             PluginKind::PrefixCacheAffinityFilter(f) => f.keys(),
             PluginKind::ConcurrencyDetector(d) => vec![d.key()],
-            PluginKind::ApproxPrefixProducer(_) | PluginKind::InFlightLoadProducer(_) => vec![tokens],
+            PluginKind::ApproxPrefixProducer(_)
+            | PluginKind::InFlightLoadProducer(_)
+            | PluginKind::PrecisePrefixProducer(_) => vec![tokens],
+            PluginKind::PrecisePrefixScorer(s) => vec![tokens, s.scorer.key()],
             PluginKind::DisaggProfileHandler(_) => {
                 vec![DataKey::new(DataType::PrefixCacheMatchInfo, ""), tokens]
             }
