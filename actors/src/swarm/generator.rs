@@ -6,19 +6,20 @@
 //! models, engine arguments across their ranges, KV caches from one request's worth of blocks
 //! to the whole GPU, FCFS and priority scheduling, open and closed clients with sessions,
 //! shared prefixes, timeouts (hence aborts), prompts too long for the engine, horizons, and
-//! every router: round-robin, llm-d's built-in default, the sample EndpointPickerConfigs, flow
-//! control and session affinity.
+//! every router: round-robin, llm-d's built-in default, the sample EndpointPickerConfigs,
+//! precise prefix scoring from KV events, flow control and session affinity.
 
 use blis_kernel::{Streams, Substream};
 
 /// The llm-d configs the generator routes with, besides round-robin and `config: {}`: the
-/// release's samples, flow control on (a short TTL and a capped sheddable band, so requests
+/// release's samples, precise prefix scoring from KV events, flow control on (a short TTL and a capped sheddable band, so requests
 /// are queued, shed and expired), and session affinity (an Alpha plugin, so with the flag).
-const ROUTER_CONFIGS: [(&str, bool); 6] = [
+const ROUTER_CONFIGS: [(&str, bool); 7] = [
     (include_str!("../../../fixtures/router-configs/epp-config.yaml"), false),
     (include_str!("../../../fixtures/router-configs/epp-estimate-prefix-cache-config.yaml"), false),
     (include_str!("../../../fixtures/router-configs/optimized-baseline.yaml"), false),
     (include_str!("../../../fixtures/router-configs/sim-epp-config.yaml"), false),
+    (include_str!("../../../fixtures/router-configs/precise-default.yaml"), false),
     (FLOW_CONTROL, false),
     (SESSION_AFFINITY, true),
 ];
