@@ -15,6 +15,7 @@ pub mod config;
 pub mod cycle;
 pub mod endpoint;
 pub mod flow_control;
+mod identity_hasher;
 pub mod params;
 pub mod plugins;
 pub mod precise_prefix;

@@ -15,11 +15,13 @@
 //! XXH64 outputs, already uniform, so the map hashes them by identity.
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::num::NonZeroUsize;
 
 use hashbrown::HashMap;
 use smallvec::SmallVec;
+
+use crate::identity_hasher::IdentityHasher;
 
 /// No LRU slot: marks a phantom holder and the ends of an LRU's list.
 const NO_SLOT: u32 = u32::MAX;
@@ -35,26 +37,6 @@ struct Holder {
 
 /// The endpoints listed under one hash; most hashes have one or two.
 type Holders = SmallVec<[Holder; 2]>;
-
-/// Hashes a block hash by identity (it is already an XXH64 output).
-#[derive(Default)]
-struct BlockHashHasher(u64);
-
-impl Hasher for BlockHashHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
 
 /// An entry of an endpoint's LRU: its hash and its neighbours in recency order.
 #[derive(Clone, Copy, Debug)]
@@ -148,7 +130,7 @@ impl EndpointLru {
 /// Hash → endpoints that were sent it, with a per-endpoint LRU bounding each endpoint's share.
 #[derive(Clone, Debug, Default)]
 pub struct PrefixIndex {
-    holders: HashMap<u64, Holders, BuildHasherDefault<BlockHashHasher>>,
+    holders: HashMap<u64, Holders, BuildHasherDefault<IdentityHasher>>,
     lrus: BTreeMap<u32, EndpointLru>,
 }
 
@@ -230,7 +212,7 @@ impl PrefixIndex {
 
 /// Unlist `endpoint` under `hash`, dropping the hash once nobody is listed.
 fn remove_holder(
-    holders: &mut HashMap<u64, Holders, BuildHasherDefault<BlockHashHasher>>,
+    holders: &mut HashMap<u64, Holders, BuildHasherDefault<IdentityHasher>>,
     hash: u64,
     endpoint: u32,
 ) {

@@ -12,10 +12,12 @@
 //! Where upstream iterates a Go map — `Add` stores the engine→request mappings in map order,
 //! which only matters once the mapping LRU is full — we store them in engine-key order.
 
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use hashbrown::HashMap;
 use smallvec::SmallVec;
+
+pub(crate) use crate::identity_hasher::IdentityHasher;
 
 const NONE: u32 = u32::MAX;
 
@@ -26,26 +28,6 @@ pub struct PodEntry {
     pub endpoint: u32,
     /// The medium, as an index into the producer's tier names.
     pub tier: u16,
-}
-
-/// Hashes a key by identity (keys are FNV-1a or SHA-256 outputs).
-#[derive(Default)]
-pub(crate) struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 type KeyMap = HashMap<u64, u32, BuildHasherDefault<IdentityHasher>>;
