@@ -263,10 +263,22 @@ fn bad_flow_control_sections_are_refused_by_path_value_and_cause() {
             "failed to parse static usage limit policy config: json: unknown field \"ceiling\"",
         ),
         (
-            "flowControl:\n  enableEviction: true\n",
+            "flowControl:\n  enableEviction: \"yes\"\n",
             "flowControl.enableEviction",
-            Some("\"true\""),
-            "in-flight eviction is not modelled yet",
+            None,
+            "expected a boolean",
+        ),
+        (
+            "flowControl:\n  enableEviction: 1\n",
+            "flowControl.enableEviction",
+            None,
+            "expected a boolean",
+        ),
+        (
+            "plugins:\n- {type: sheddable-eviction-filter}\n",
+            "plugins[0].type",
+            Some("\"sheddable-eviction-filter\""),
+            "never consults a configured instance",
         ),
         (
             "plugins:\n- {type: priority-holdback-policy}\nflowControl:\n  usageLimitPolicyPluginRef: priority-holdback-policy\n",
