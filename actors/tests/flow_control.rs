@@ -233,7 +233,10 @@ fn eviction_revokes_sheddable_calls_in_flight_with_upstreams_reason() {
         let mut evicted = BTreeMap::new();
         for class in ["batch", "background"] {
             let (calls, completed, dropped, _) = &by_client[class];
-            assert!(dropped.keys().all(|r| r == SHED || r == EXPIRED || r == EVICTED), "{class}: {dropped:?}");
+            assert!(
+                dropped.keys().all(|r| r == SHED || r == EXPIRED || r == EVICTED),
+                "{class}: {dropped:?}"
+            );
             assert_eq!(completed + dropped.values().sum::<u64>(), *calls, "{class}");
             evicted.insert(class, dropped.get(EVICTED).copied().unwrap_or(0));
         }
@@ -254,7 +257,10 @@ fn evict_with_concurrency_detector() -> String {
             "        enableEviction: true\n",
             "        enableEviction: true\n        saturationDetector: { pluginRef: concurrency-detector }\n",
         )
-        .replace("      - type: queue-scorer\n", "      - type: queue-scorer\n      - type: concurrency-detector\n")
+        .replace(
+            "      - type: queue-scorer\n",
+            "      - type: queue-scorer\n      - type: concurrency-detector\n",
+        )
 }
 
 /// Byte-identical outputs with eviction on (both detectors), and every invariant of
@@ -266,7 +272,8 @@ fn evict_with_concurrency_detector() -> String {
 fn eviction_is_byte_identical_and_keeps_every_invariant() {
     use blis_actors::swarm::{CheckOptions, run_checked};
     let data = blis_costmodel::CostData::embedded();
-    let far = evict_with_concurrency_detector().replace("router_engine_us: 100 }", "router_engine_us: 100000 }");
+    let far =
+        evict_with_concurrency_detector().replace("router_engine_us: 100 }", "router_engine_us: 100000 }");
     for (text, seed) in [(scenario("on-evict"), 7), (evict_with_concurrency_detector(), 7), (far, 2)] {
         let with = |host: blis_kernel::HostKind, threads: usize| {
             let options = RunOptions { host, threads: Some(threads), ..RunOptions::default() };
@@ -278,7 +285,8 @@ fn eviction_is_byte_identical_and_keeps_every_invariant() {
         assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
         assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
         let parsed = blis_contracts::Scenario::parse(&text).unwrap();
-        let checked = run_checked(&parsed, seed, &data, CheckOptions { fault: None, determinism: true }).unwrap();
+        let checked =
+            run_checked(&parsed, seed, &data, CheckOptions { fault: None, determinism: true }).unwrap();
         assert!(checked.violations.is_empty(), "{:?}", checked.violations);
         assert_eq!(checked.ending, "settled");
     }

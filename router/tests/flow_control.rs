@@ -268,12 +268,7 @@ fn bad_flow_control_sections_are_refused_by_path_value_and_cause() {
             None,
             "expected a boolean",
         ),
-        (
-            "flowControl:\n  enableEviction: 1\n",
-            "flowControl.enableEviction",
-            None,
-            "expected a boolean",
-        ),
+        ("flowControl:\n  enableEviction: 1\n", "flowControl.enableEviction", None, "expected a boolean"),
         (
             "plugins:\n- {type: sheddable-eviction-filter}\n",
             "plugins[0].type",
@@ -446,8 +441,8 @@ mod properties {
 /// Every request's fate is written out; each evicted one is answered 429 `evicted`.
 #[test]
 fn a_critical_request_behind_saturation_evicts_sheddable_requests_in_flight() {
-    use blis_router::flow_control::eviction::ReclamationConfig;
     use blis_router::flow_control::evicted_in_flight;
+    use blis_router::flow_control::eviction::ReclamationConfig;
 
     let yaml = format!("{HEAD}flowControl:\n  enableEviction: true\n");
     let config = load_yaml(&yaml, LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
@@ -456,8 +451,17 @@ fn a_critical_request_behind_saturation_evicts_sheddable_requests_in_flight() {
     assert_eq!(reclamation.confirmation_grace_us, 10_000);
     controller.enable_eviction(reclamation);
 
-    let arrivals: [(u64, i64, u64); 9] =
-        [(6, -2, 0), (1, -1, 1), (2, -1, 2), (3, -1, 3), (4, -1, 4), (5, -1, 5), (7, 0, 6), (10, 2, 10), (11, 2, 10)];
+    let arrivals: [(u64, i64, u64); 9] = [
+        (6, -2, 0),
+        (1, -1, 1),
+        (2, -1, 2),
+        (3, -1, 3),
+        (4, -1, 4),
+        (5, -1, 5),
+        (7, 0, 6),
+        (10, 2, 10),
+        (11, 2, 10),
+    ];
     #[derive(Debug, PartialEq)]
     enum Fate {
         InFlight { dispatched_ms: u64 },
@@ -494,8 +498,13 @@ fn a_critical_request_behind_saturation_evicts_sheddable_requests_in_flight() {
             }
         };
         for &(key, priority, _) in arrivals.iter().filter(|a| a.2 == ms) {
-            let ticket =
-                Ticket { key, priority, fairness_id: Arc::from(DEFAULT_FAIRNESS_ID), byte_size: 100, received_us: us };
+            let ticket = Ticket {
+                key,
+                priority,
+                fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
+                byte_size: 100,
+                received_us: us,
+            };
             controller.enqueue(ticket, us).expect("room in the queues");
             cycle(&mut controller, &mut fates);
         }
@@ -521,5 +530,8 @@ fn a_critical_request_behind_saturation_evicts_sheddable_requests_in_flight() {
     use blis_router::flow_control::eviction::InFlightEvictor;
     assert_eq!(eviction.evictor.stats(), (4, 1), "1, 7, 10 and 11 in flight; only 1 evictable");
     let refusal = evicted_in_flight();
-    assert_eq!((refusal.status, refusal.reason()), (429, "evicted: request evicted by flow control".to_owned()));
+    assert_eq!(
+        (refusal.status, refusal.reason()),
+        (429, "evicted: request evicted by flow control".to_owned())
+    );
 }

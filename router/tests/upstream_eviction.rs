@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use blis_router::LoadOptions;
 use blis_router::flow_control::eviction::{
-    BandDemand, CONFIRMATION_TIMEOUT_US, Eviction, EvictionQueue, InFlightEvictor, Lease, Reclamation, ReclamationConfig,
-    RequestEvictor, confirmation_grace_us, evicted_before, sheddable,
+    BandDemand, CONFIRMATION_TIMEOUT_US, Eviction, EvictionQueue, InFlightEvictor, Lease, Reclamation,
+    ReclamationConfig, RequestEvictor, confirmation_grace_us, evicted_before, sheddable,
 };
 use blis_router::flow_control::{DEFAULT_FAIRNESS_ID, FlowController, Ticket};
 use common::*;
@@ -42,7 +42,14 @@ fn eviction_queue_track_and_untrack() {
     let cases: Vec<Case> = vec![
         ("track evictable and untrack", vec![lease(1, -1, 0)], vec![1], (0, 0), vec![], (0, 0)),
         ("track non-evictable goes to inflight only", vec![lease(1, 5, 0)], vec![], (1, 0), vec![], (1, 0)),
-        ("mixed evictable and non-evictable", vec![lease(1, -1, 0), lease(2, 5, 0)], vec![], (2, 1), vec![1], (1, 0)),
+        (
+            "mixed evictable and non-evictable",
+            vec![lease(1, -1, 0), lease(2, 5, 0)],
+            vec![],
+            (2, 1),
+            vec![1],
+            (1, 0),
+        ),
         ("untrack non-evictable cleans inflight", vec![lease(1, 5, 0)], vec![1], (0, 0), vec![], (0, 0)),
         ("untrack non-existent is no-op", vec![lease(1, -1, 0)], vec![99], (1, 1), vec![1], (0, 0)),
         (
@@ -53,7 +60,14 @@ fn eviction_queue_track_and_untrack() {
             vec![2, 1],
             (0, 0),
         ),
-        ("duplicate track replaces not doubles", vec![lease(1, -1, 0), lease(1, -1, 0)], vec![], (1, 1), vec![1], (0, 0)),
+        (
+            "duplicate track replaces not doubles",
+            vec![lease(1, -1, 0), lease(1, -1, 0)],
+            vec![],
+            (1, 1),
+            vec![1],
+            (0, 0),
+        ),
         (
             "re-track with different priority updates heap",
             vec![lease(1, 5, 0), lease(1, -10, 0), lease(2, -5, 0)],
@@ -212,8 +226,11 @@ impl InFlightEvictor for FakeEvictor {
 }
 
 /// upstream's `testReclamationConfig`.
-const CONFIG: ReclamationConfig =
-    ReclamationConfig { max_revocations_per_decision: 2, confirmation_grace_us: 100_000, confirmation_timeout_us: 5_000_000 };
+const CONFIG: ReclamationConfig = ReclamationConfig {
+    max_revocations_per_decision: 2,
+    confirmation_grace_us: 100_000,
+    confirmation_timeout_us: 5_000_000,
+};
 
 fn fake(in_flight: usize, evictable: usize) -> FakeEvictor {
     FakeEvictor { in_flight, evictable, ..FakeEvictor::default() }
@@ -306,8 +323,13 @@ fn processor(leases: &[(u64, i64)]) -> FlowController {
 }
 
 fn blocked_item(controller: &mut FlowController, priority: i64) {
-    let ticket =
-        Ticket { key: 1000, priority, fairness_id: Arc::from(DEFAULT_FAIRNESS_ID), byte_size: 10, received_us: 0 };
+    let ticket = Ticket {
+        key: 1000,
+        priority,
+        fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
+        byte_size: 10,
+        received_us: 0,
+    };
     controller.enqueue(ticket, 0).unwrap();
 }
 

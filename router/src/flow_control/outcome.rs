@@ -90,7 +90,11 @@ impl Refusal {
 /// with an `ImmediateResponse` of 429, body `request evicted by flow control`, and the reason the
 /// `ImmediateResponseEvictor` recorded, `evicted` (`handlers/server.go`, `eviction/evictor.go`).
 pub fn evicted_in_flight() -> Refusal {
-    Refusal { status: 429, message: "request evicted by flow control".to_owned(), dropped_reason: Some("evicted") }
+    Refusal {
+        status: 429,
+        message: "request evicted by flow control".to_owned(),
+        dropped_reason: Some("evicted"),
+    }
 }
 
 /// `translateFlowControlOutcome`: `None` for a dispatched request, else the status, message
