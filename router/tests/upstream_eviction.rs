@@ -239,7 +239,9 @@ fn fake(in_flight: usize, evictable: usize) -> FakeEvictor {
 /// upstream: reclamation_test.go::TestReclamationController_Sizing (every case).
 #[test]
 fn reclamation_sizing() {
-    let cases: [(&str, usize, usize, f64, f64, Vec<usize>); 6] = [
+    /// name, in flight, evictable, saturation, ceiling, the `evict_n` calls expected.
+    type Case = (&'static str, usize, usize, f64, f64, Vec<usize>);
+    let cases: [Case; 6] = [
         ("SmallDeficit_EvictsOne", 6, 6, 1.2, 1.0, vec![1]),
         ("DeepOverload_CappedByMaxPerDecision", 4, 4, 2.0, 1.0, vec![2]),
         ("CappedByEvictable", 4, 1, 2.0, 1.0, vec![1]),
