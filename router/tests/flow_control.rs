@@ -1,6 +1,7 @@
 //! Our own flow-control tests: a burst into a saturated pool, driven as the router host drives
 //! the controller (expiries, then the 1 s sweep, then arrivals each followed by a dispatch
-//! cycle, then the 1 ms tick's cycle), with every request's fate written out; the loader's
+//! cycle, then the 1 ms tick's cycle), with every request's fate written out; in-flight eviction
+//! decision by decision (victims, order, the cap, the grace); the loader's
 //! refusals of bad `flowControl` sections, each with its path, value and cause.
 
 mod common;
@@ -269,6 +270,12 @@ fn bad_flow_control_sections_are_refused_by_path_value_and_cause() {
             "expected a boolean",
         ),
         ("flowControl:\n  enableEviction: 1\n", "flowControl.enableEviction", None, "expected a boolean"),
+        (
+            "flowControl:\n  enableEviction: true\n  maxRevocationsPerDecision: 3\n",
+            "flowControl.maxRevocationsPerDecision",
+            None,
+            "strict decoding error: unknown field \"maxRevocationsPerDecision\"",
+        ),
         (
             "plugins:\n- {type: sheddable-eviction-filter}\n",
             "plugins[0].type",
