@@ -10,6 +10,10 @@
 //! dispatches nothing else. Both are kept here. Time is whatever the caller says it is; the
 //! caller runs [`FlowController::dispatch_cycle`] after every enqueue and on every 1 ms tick,
 //! [`FlowController::expire`] at deadlines and [`FlowController::sweep`] on every 1 s tick.
+//! With `enableEviction` the controller also holds the pool's in-flight eviction
+//! ([`super::eviction`]): the caller reports each dispatched request scheduled to an endpoint
+//! and each such request's end, and runs [`FlowController::reclaim`] after a cycle that
+//! dispatched nothing (it acts only when that cycle stopped at a head-of-line break).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Included, Unbounded};
