@@ -2,7 +2,7 @@
 # Reruns the figures of docs/ROUTING.md's "Flow control and admission" section: the burst-fc-*
 # scenarios (one seeded run each; replication 0's calls), then per SLO class (llm-d priority
 # band) the calls completed, shed at capacity or by the legacy admission, expired in the queue,
-# and the TTFT of the completed ones. Prints Markdown; writes the runs under $OUT.
+# evicted in flight, and the TTFT of the completed ones. Prints Markdown; writes the runs under $OUT.
 # Usage: scripts/flow-control-experiments.sh [OUT]   (a few seconds, release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,12 +11,12 @@ mkdir -p "$OUT"
 cargo build --release --quiet
 B=${CARGO_TARGET_DIR:-target}/release/blis-actor
 S=fixtures/scenarios/routing
-variants="off on-defaults on-ttl5s"
+variants="off on-defaults on-ttl5s on-evict"
 for v in $variants; do
     "$B" run "$S/burst-fc-$v.yaml" --out "$OUT/$v" --quiet > "$OUT/$v.txt" 2>&1
 done
-echo "| admission | class (llm-d priority) | calls | completed | shed (429) | expired (429) | TTFT mean (ms) | TTFT p50 (ms) | TTFT p99 (ms) | TTFT max (ms) |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| admission | class (llm-d priority) | calls | completed | shed (429) | expired (429) | evicted (429) | TTFT mean (ms) | TTFT p50 (ms) | TTFT p99 (ms) | TTFT max (ms) |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for v in $variants; do
     python3 - "$OUT/$v/calls.jsonl" "$v" <<'PY'
 import json, sys
@@ -32,10 +32,11 @@ for client in ["critical", "standard", "batch", "background"]:
     reason = lambda c: c.get("reason", "")
     shed = sum(1 for c in mine if c["fate"] == "dropped" and ("saturated" in reason(c)))
     expired = sum(1 for c in mine if c["fate"] == "dropped" and "ttl-expired" in reason(c))
-    other = len(mine) - len(done) - shed - expired
+    evicted = sum(1 for c in mine if c["fate"] == "dropped" and reason(c).startswith("router_429: evicted:"))
+    other = len(mine) - len(done) - shed - expired - evicted
     assert other == 0, (client, other)
     mean = sum(done) / len(done) if done else float("nan")
-    print(f"| `{sys.argv[2]}` | {client} ({priority[client]:+d}) | {len(mine)} | {len(done)} | {shed} | {expired} | "
+    print(f"| `{sys.argv[2]}` | {client} ({priority[client]:+d}) | {len(mine)} | {len(done)} | {shed} | {expired} | {evicted} | "
           f"{mean:.0f} | {pct(done, 0.5):.0f} | {pct(done, 0.99):.0f} | {max(done):.0f} |")
 PY
 done

@@ -13,6 +13,11 @@
 //! answers TTL expiries at their deadlines, sweeps finalized items every second, and schedules
 //! each dispatched request at once — all in its own time advance, no extra message kind.
 //! Scraping stops once every client has said it is done and nothing waits in flow control.
+//! With `enableEviction`, a dispatched call is tracked until its answer passes back; when the
+//! controller revokes it, the host aborts it at its engine (as a client's abort is forwarded),
+//! answers its client 429 `evicted` at once, and drops whatever the engine still sends for it.
+//! The revocation is confirmed at that instant: upstream confirms when the request's ext_proc
+//! stream ends, which the same handler that sends the 429 does.
 //!
 //! Sessions: every call carries the header `x-session-id` naming its workload request (a
 //! multi-turn conversation is one request, so all its turns share it), and echoes the session
@@ -28,11 +33,12 @@ use std::sync::Arc;
 
 use blis_kernel::{Actor, ActorId, Context, Event, Outbox, SimDuration, SimTime, Streams, TimeAdvance};
 use blis_router::flow_control::config::{CLEANUP_SWEEP_INTERVAL_US, DISPATCH_TICK_US};
-use blis_router::flow_control::{DEFAULT_FAIRNESS_ID, Finished, FlowController, Ticket};
+use blis_router::flow_control::{DEFAULT_FAIRNESS_ID, Finished, FlowController, ReclamationConfig, Ticket};
+use blis_router::plugins::PluginKind;
 use blis_router::{Decision, EndpointIndex, RoundRobin, Router, RouterRng, RoutingRequest};
 
 use crate::client::REQUEST_KEY_MASK;
-use crate::message::{CallRejection, CallRequest, ClusterMessage};
+use crate::message::{CallAbort, CallRejection, CallRequest, ClusterMessage};
 
 /// The header carrying a call's session id (its workload request).
 pub const SESSION_ID_HEADER: &str = "x-session-id";
@@ -53,6 +59,8 @@ pub struct RouterHost {
     refused: u64,
     /// Where each unanswered call went, for its abort.
     destinations: BTreeMap<u64, ActorId>,
+    /// Calls evicted in flight (already answered): whatever their engine still sends is dropped.
+    evicted: BTreeSet<u64>,
     last_transition: SimTime,
 }
 
@@ -129,6 +137,10 @@ struct FlowState {
     finished: Vec<Finished>,
     /// The fairness id of a request whose client sets none (`default-flow`).
     default_flow: Arc<str>,
+    /// With eviction on, each dispatched call in flight: its model's index and its client.
+    leases: BTreeMap<u64, (usize, ActorId)>,
+    /// Scratch for the calls a reclamation decision revokes.
+    revoked: Vec<u64>,
 }
 
 impl FlowState {
@@ -241,13 +253,30 @@ impl RouterHost {
                     .collect();
                 let report_first_token = wiring.router.wants_first_chunk();
                 let reads_headers = wiring.router.reads_headers();
-                let flow = wiring.router.config().flow_control.clone().map(|config| FlowState {
-                    controllers: models.iter().map(|_| FlowController::new(config.clone())).collect(),
+                let router_config = wiring.router.config();
+                let concurrency = matches!(
+                    router_config.plugins[router_config.saturation_detector].kind,
+                    PluginKind::ConcurrencyDetector(_)
+                );
+                let reclamation = ReclamationConfig::derived(concurrency, wiring.refresh_interval_us);
+                let flow = router_config.flow_control.clone().map(|config| FlowState {
+                    controllers: models
+                        .iter()
+                        .map(|_| {
+                            let mut controller = FlowController::new(config.clone());
+                            if config.enable_eviction {
+                                controller.enable_eviction(reclamation);
+                            }
+                            controller
+                        })
+                        .collect(),
                     held: BTreeMap::new(),
                     last_tick_us: None,
                     last_sweep_us: 0,
                     finished: Vec::new(),
                     default_flow: Arc::from(DEFAULT_FAIRNESS_ID),
+                    leases: BTreeMap::new(),
+                    revoked: Vec::new(),
                 });
                 Policy::Llmd(Box::new(Llmd {
                     router: wiring.router,
@@ -278,6 +307,7 @@ impl RouterHost {
             routed: 0,
             refused: 0,
             destinations: BTreeMap::new(),
+            evicted: BTreeSet::new(),
             last_transition: SimTime::ZERO,
         }
     }
@@ -423,7 +453,10 @@ impl RouterHost {
         let flow = llmd.flow.as_mut().expect("flow control is on");
         let pool = &self.models[model].1;
         let saturation = llmd.router.saturation(pool, now.as_micros());
-        let Some(key) = flow.controllers[model].dispatch_cycle(saturation, pool.is_empty()) else { return };
+        let Some(key) = flow.controllers[model].dispatch_cycle(saturation, pool.is_empty()) else {
+            self.reclaim(model, saturation, now, out);
+            return;
+        };
         let (call, _) = flow.held.remove(&key).expect("a dispatched call was held");
         if let Some(notes) = out.notes() {
             notes.decision("decisions", "dispatch").arg("request", key).arg("saturation", saturation);
@@ -436,7 +469,40 @@ impl RouterHost {
             &mut llmd.rng,
         );
         let (picked, score) = decided(decision);
+        let flow = llmd.flow.as_mut().expect("flow control is on");
+        if picked.is_ok() && flow.controllers[model].eviction().is_some() {
+            flow.controllers[model].track_in_flight(key, -call.request.priority, now.as_micros());
+            flow.leases.insert(key, (model, call.client));
+        }
         self.deliver(call, picked, "llm-d", score, out);
+    }
+
+    /// After a cycle of `model`'s pool that dispatched nothing: the reclamation decision, and
+    /// each revocation carried out — the engine told to abort, the client answered 429
+    /// `evicted`, the router's in-flight state released, the revocation confirmed.
+    fn reclaim(&mut self, model: usize, saturation: f64, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        let Policy::Llmd(llmd) = &mut self.policy else { unreachable!("flow control is llm-d's") };
+        let flow = llmd.flow.as_mut().expect("flow control is on");
+        let mut revoked = std::mem::take(&mut flow.revoked);
+        flow.controllers[model].reclaim(now.as_micros(), &mut revoked);
+        for &key in &revoked {
+            let Policy::Llmd(llmd) = &mut self.policy else { unreachable!() };
+            let flow = llmd.flow.as_mut().expect("flow control is on");
+            let (_, client) = flow.leases.remove(&key).expect("a revoked call is in flight");
+            flow.controllers[model].stream_ended(key, now.as_micros());
+            llmd.router.end(key);
+            if let Some(notes) = out.notes() {
+                notes.decision("decisions", "evict").arg("request", key).arg("saturation", saturation);
+            }
+            let engine = self.destinations.remove(&key).expect("a revoked call went to an engine");
+            out.send(engine, self.delay_to_engine, ClusterMessage::Abort(CallAbort { key, client }));
+            self.evicted.insert(key);
+            let refusal = blis_router::flow_control::evicted_in_flight();
+            self.refuse(key, client, refusal.status, &refusal.reason(), out);
+        }
+        revoked.clear();
+        let Policy::Llmd(llmd) = &mut self.policy else { unreachable!() };
+        llmd.flow.as_mut().expect("flow control is on").revoked = revoked;
     }
 
     /// Answer a call flow control finished without dispatching.
@@ -500,9 +566,16 @@ impl RouterHost {
         true
     }
 
-    fn settled(&mut self, key: u64) {
+    /// Call `key`'s stream ended (answered or abandoned): the router's response hooks, and
+    /// eviction's tracking.
+    fn settled(&mut self, key: u64, now: SimTime) {
         if let Policy::Llmd(llmd) = &mut self.policy {
             llmd.router.end(key);
+            if let Some(flow) = llmd.flow.as_mut()
+                && let Some((model, _)) = flow.leases.remove(&key)
+            {
+                flow.controllers[model].stream_ended(key, now.as_micros());
+            }
         }
     }
 
@@ -572,14 +645,19 @@ impl Actor<ClusterMessage> for RouterHost {
                     ClusterMessage::Abort(abort) => {
                         // An abort for a call already answered has nowhere to go.
                         if let Some(engine) = self.destinations.remove(&abort.key) {
-                            self.settled(abort.key);
+                            self.settled(abort.key, now);
                             out.send(engine, self.delay_to_engine, ClusterMessage::Abort(abort));
                         }
                     }
+                    // An evicted call was answered already: what its engine sent before the abort
+                    // reached it goes nowhere.
+                    answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_))
+                        if self.evicted.remove(&answer.key()) => {}
+                    ClusterMessage::FirstToken(first) if self.evicted.contains(&first.key) => {}
                     answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
                         self.destinations.remove(&answer.key());
                         self.response_header(answer.key());
-                        self.settled(answer.key());
+                        self.settled(answer.key(), now);
                         out.send(answer.client(), self.delay_to_client, answer);
                     }
                     ClusterMessage::FirstToken(first) => {

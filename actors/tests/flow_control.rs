@@ -210,3 +210,84 @@ fn round_robin_fairness_shields_a_light_flow_from_a_heavy_one() {
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
 }
+
+const EVICTED: &str = "router_429: evicted: request evicted by flow control";
+
+/// The burst with in-flight eviction on (`burst-fc-on-evict`: the `on-ttl5s` settings plus
+/// `enableEviction`, the utilization detector's 2.3 s grace): critical and standard calls all
+/// complete; sheddable calls already at an engine are revoked while a higher band waits, each
+/// answered once with upstream's 429 `evicted`; every call has exactly one fate, and the Result
+/// counts the evictions under their reason. Then the same with the concurrency detector (10 ms
+/// grace): more decisions, so more evictions.
+#[test]
+fn eviction_revokes_sheddable_calls_in_flight_with_upstreams_reason() {
+    let check = |text: &str| {
+        let out = run(text, options(), &mut |_| {}).unwrap();
+        let (by_client, fates) = tally(text);
+        let total: u64 = by_client.values().map(|t| t.0).sum();
+        assert_eq!(fates.completed + fates.dropped, total, "{fates:?}");
+        for class in ["critical", "standard"] {
+            let (calls, completed, dropped, _) = &by_client[class];
+            assert_eq!((completed, dropped.len()), (calls, 0), "{class}");
+        }
+        let mut evicted = BTreeMap::new();
+        for class in ["batch", "background"] {
+            let (calls, completed, dropped, _) = &by_client[class];
+            assert!(
+                dropped.keys().all(|r| r == SHED || r == EXPIRED || r == EVICTED),
+                "{class}: {dropped:?}"
+            );
+            assert_eq!(completed + dropped.values().sum::<u64>(), *calls, "{class}");
+            evicted.insert(class, dropped.get(EVICTED).copied().unwrap_or(0));
+        }
+        let total_evicted: u64 = evicted.values().sum();
+        assert_eq!(out.result.dropped_by_reason.get(EVICTED).copied().unwrap_or(0), total_evicted);
+        evicted
+    };
+    let utilization = check(&scenario("on-evict"));
+    assert_eq!(utilization, BTreeMap::from([("background", 3), ("batch", 4)]), "utilization detector");
+    let concurrency = check(&evict_with_concurrency_detector());
+    assert_eq!(concurrency, BTreeMap::from([("background", 16), ("batch", 0)]), "concurrency detector");
+}
+
+/// `burst-fc-on-evict` with the concurrency detector (10 ms confirmation grace).
+fn evict_with_concurrency_detector() -> String {
+    scenario("on-evict")
+        .replace(
+            "        enableEviction: true\n",
+            "        enableEviction: true\n        saturationDetector: { pluginRef: concurrency-detector }\n",
+        )
+        .replace(
+            "      - type: queue-scorer\n",
+            "      - type: queue-scorer\n      - type: concurrency-detector\n",
+        )
+}
+
+/// Byte-identical outputs with eviction on (both detectors), and every invariant of
+/// docs/INVARIANTS.md after every instant — I4 (a call answered at most once) included. The
+/// third run puts 100 ms between router and engines, so engines answer evicted calls before
+/// the abort reaches them; its checked run (seed 2) reports I4 ("answered in state Answered")
+/// if the host forwards such a late answer instead of dropping it.
+#[test]
+fn eviction_is_byte_identical_and_keeps_every_invariant() {
+    use blis_actors::swarm::{CheckOptions, run_checked};
+    let data = blis_costmodel::CostData::embedded();
+    let far =
+        evict_with_concurrency_detector().replace("router_engine_us: 100 }", "router_engine_us: 100000 }");
+    for (text, seed) in [(scenario("on-evict"), 7), (evict_with_concurrency_detector(), 7), (far, 2)] {
+        let with = |host: blis_kernel::HostKind, threads: usize| {
+            let options = RunOptions { host, threads: Some(threads), ..RunOptions::default() };
+            let out = run(&text, options, &mut |_| {}).unwrap();
+            (out.result_json(), out.calls_jsonl())
+        };
+        let reference = with(blis_kernel::HostKind::Inline, 1);
+        assert!(String::from_utf8_lossy(&reference.1).contains("evicted"), "the run evicts");
+        assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
+        assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
+        let parsed = blis_contracts::Scenario::parse(&text).unwrap();
+        let checked =
+            run_checked(&parsed, seed, &data, CheckOptions { fault: None, determinism: true }).unwrap();
+        assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+        assert_eq!(checked.ending, "settled");
+    }
+}

@@ -40,6 +40,9 @@ use Stability::{Alpha, Beta};
 use Support::{Modelled, NotModelled};
 
 const LORA: &str = "LoRA adapters are not simulated";
+const EVICTION: &str = "upstream's runner builds its own sheddable filter and priority-then-time order when \
+                        flowControl.enableEviction is on and never consults a configured instance; set \
+                        enableEviction instead";
 const FLOW: &str = "not ported with flow control, which models the fcfs, edf and slo-deadline ordering, \
                     global-strict and round-robin fairness and static usage-limit policies";
 const PD: &str = "this P/D plugin is not ported (disagg-profile-handler and its deciders are)";
@@ -135,7 +138,7 @@ pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("prefix-cache-affinity-filter", Beta, Modelled),
     ty("prefix-cache-scorer", Beta, Modelled),
     ty("priority-holdback-policy", Alpha, NotModelled(FLOW)),
-    ty("priority-then-time-eviction-order-policy", Alpha, NotModelled(FLOW)),
+    ty("priority-then-time-eviction-order-policy", Alpha, NotModelled(EVICTION)),
     ty("probabilistic-admitter", Beta, NotModelled(FLOW)),
     ty("program-aware-fairness", Beta, NotModelled(FLOW)),
     ty("queue-scorer", Beta, Modelled),
@@ -146,7 +149,7 @@ pub const PLUGIN_TYPES: &[PluginType] = &[
     ty("session-affinity-filter", Alpha, Modelled),
     ty("session-affinity-scorer", Alpha, Modelled),
     ty("session-id-producer", Beta, Modelled),
-    ty("sheddable-eviction-filter", Alpha, NotModelled(FLOW)),
+    ty("sheddable-eviction-filter", Alpha, NotModelled(EVICTION)),
     ty("single-profile-handler", Beta, Modelled),
     ty("slo-deadline-ordering-policy", Beta, Modelled),
     ty("slo-headroom-tier-filter", Beta, NotModelled(LATENCY)),

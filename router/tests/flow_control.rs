@@ -1,6 +1,7 @@
 //! Our own flow-control tests: a burst into a saturated pool, driven as the router host drives
 //! the controller (expiries, then the 1 s sweep, then arrivals each followed by a dispatch
-//! cycle, then the 1 ms tick's cycle), with every request's fate written out; the loader's
+//! cycle, then the 1 ms tick's cycle), with every request's fate written out; in-flight eviction
+//! decision by decision (victims, order, the cap, the grace); the loader's
 //! refusals of bad `flowControl` sections, each with its path, value and cause.
 
 mod common;
@@ -263,10 +264,23 @@ fn bad_flow_control_sections_are_refused_by_path_value_and_cause() {
             "failed to parse static usage limit policy config: json: unknown field \"ceiling\"",
         ),
         (
-            "flowControl:\n  enableEviction: true\n",
+            "flowControl:\n  enableEviction: \"yes\"\n",
             "flowControl.enableEviction",
-            Some("\"true\""),
-            "in-flight eviction is not modelled yet",
+            None,
+            "expected a boolean",
+        ),
+        ("flowControl:\n  enableEviction: 1\n", "flowControl.enableEviction", None, "expected a boolean"),
+        (
+            "flowControl:\n  enableEviction: true\n  maxRevocationsPerDecision: 3\n",
+            "flowControl.maxRevocationsPerDecision",
+            None,
+            "strict decoding error: unknown field \"maxRevocationsPerDecision\"",
+        ),
+        (
+            "plugins:\n- {type: sheddable-eviction-filter}\n",
+            "plugins[0].type",
+            Some("\"sheddable-eviction-filter\""),
+            "never consults a configured instance",
         ),
         (
             "plugins:\n- {type: priority-holdback-policy}\nflowControl:\n  usageLimitPolicyPluginRef: priority-holdback-policy\n",
@@ -419,4 +433,112 @@ mod properties {
             prop_assert_eq!(fc.len(), waiting, "after a sweep only waiting requests remain");
         }
     }
+}
+
+/// In-flight eviction, decision by decision: a pool of capacity 8 (saturation = in flight /
+/// capacity, as the concurrency detector counts) takes six sheddable requests and one standard
+/// one; at 10 ms its capacity halves (to 4: saturation 7/4 = 1.75) and two critical requests
+/// arrive and wait behind it. With the concurrency detector's 10 ms grace, the reclamation
+/// controller decides at 10, 20, 30 and 40 ms and never in between: at 10 ms the deficit
+/// (0.75 against a credit of 1.75/7 = 0.25) asks for 3 revocations, capped at 2 — the
+/// priority −2 request first (lowest priority, though dispatched first), then the most recent
+/// −1 one (key 5); then one per decision, most recent first (4, 3, 2). Critical 10 leaves at
+/// 31 ms (after the third revocation brings saturation under 1), critical 11 at 41 ms. The
+/// standard request (priority 0) and the oldest sheddable one (key 1) are never touched.
+/// Every request's fate is written out; each evicted one is answered 429 `evicted`.
+#[test]
+fn a_critical_request_behind_saturation_evicts_sheddable_requests_in_flight() {
+    use blis_router::flow_control::evicted_in_flight;
+    use blis_router::flow_control::eviction::ReclamationConfig;
+
+    let yaml = format!("{HEAD}flowControl:\n  enableEviction: true\n");
+    let config = load_yaml(&yaml, LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut controller = FlowController::new(config.flow_control.expect("the gate is on"));
+    let reclamation = ReclamationConfig::derived(true, 50_000);
+    assert_eq!(reclamation.confirmation_grace_us, 10_000);
+    controller.enable_eviction(reclamation);
+
+    let arrivals: [(u64, i64, u64); 9] = [
+        (6, -2, 0),
+        (1, -1, 1),
+        (2, -1, 2),
+        (3, -1, 3),
+        (4, -1, 4),
+        (5, -1, 5),
+        (7, 0, 6),
+        (10, 2, 10),
+        (11, 2, 10),
+    ];
+    #[derive(Debug, PartialEq)]
+    enum Fate {
+        InFlight { dispatched_ms: u64 },
+        Evicted { dispatched_ms: u64, evicted_ms: u64 },
+    }
+    let mut fates: BTreeMap<u64, Fate> = BTreeMap::new();
+    let mut decisions: Vec<(u64, Vec<u64>)> = Vec::new();
+    let mut revoked = Vec::new();
+    let priority = |key: u64| arrivals.iter().find(|a| a.0 == key).unwrap().1;
+    for ms in 0..=60u64 {
+        let us = ms * 1000;
+        let capacity = if ms < 10 { 8.0 } else { 4.0 };
+        let mut cycle = |controller: &mut FlowController, fates: &mut BTreeMap<u64, Fate>| {
+            let in_flight = fates.values().filter(|f| matches!(f, Fate::InFlight { .. })).count();
+            match controller.dispatch_cycle(in_flight as f64 / capacity, false) {
+                Some(key) => {
+                    controller.track_in_flight(key, priority(key), us);
+                    fates.insert(key, Fate::InFlight { dispatched_ms: ms });
+                }
+                None => {
+                    controller.reclaim(us, &mut revoked);
+                    if !revoked.is_empty() {
+                        decisions.push((ms, revoked.clone()));
+                    }
+                    for key in revoked.drain(..) {
+                        // The host answers the client and aborts the engine; the stream ends.
+                        controller.stream_ended(key, us);
+                        let Some(Fate::InFlight { dispatched_ms }) = fates.remove(&key) else {
+                            panic!("{key} revoked while not in flight")
+                        };
+                        fates.insert(key, Fate::Evicted { dispatched_ms, evicted_ms: ms });
+                    }
+                }
+            }
+        };
+        for &(key, priority, _) in arrivals.iter().filter(|a| a.2 == ms) {
+            let ticket = Ticket {
+                key,
+                priority,
+                fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
+                byte_size: 100,
+                received_us: us,
+            };
+            controller.enqueue(ticket, us).expect("room in the queues");
+            cycle(&mut controller, &mut fates);
+        }
+        if ms > 0 && !controller.is_empty() {
+            cycle(&mut controller, &mut fates);
+        }
+    }
+    assert_eq!(decisions, vec![(10, vec![6, 5]), (20, vec![4]), (30, vec![3]), (40, vec![2])]);
+    let expected = BTreeMap::from([
+        (1, Fate::InFlight { dispatched_ms: 1 }),
+        (2, Fate::Evicted { dispatched_ms: 2, evicted_ms: 40 }),
+        (3, Fate::Evicted { dispatched_ms: 3, evicted_ms: 30 }),
+        (4, Fate::Evicted { dispatched_ms: 4, evicted_ms: 20 }),
+        (5, Fate::Evicted { dispatched_ms: 5, evicted_ms: 10 }),
+        (6, Fate::Evicted { dispatched_ms: 0, evicted_ms: 10 }),
+        (7, Fate::InFlight { dispatched_ms: 6 }),
+        (10, Fate::InFlight { dispatched_ms: 31 }),
+        (11, Fate::InFlight { dispatched_ms: 41 }),
+    ]);
+    assert_eq!(fates, expected);
+    assert!(controller.is_empty(), "every queued request left");
+    let eviction = controller.eviction().expect("on");
+    use blis_router::flow_control::eviction::InFlightEvictor;
+    assert_eq!(eviction.evictor.stats(), (4, 1), "1, 7, 10 and 11 in flight; only 1 evictable");
+    let refusal = evicted_in_flight();
+    assert_eq!(
+        (refusal.status, refusal.reason()),
+        (429, "evicted: request evicted by flow control".to_owned())
+    );
 }

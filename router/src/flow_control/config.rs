@@ -9,7 +9,8 @@
 //! (a repeated priority refused); every band without limits gets 1,000,000,000 bytes and 5,000
 //! requests, without policies the defaults; band 0 always exists (from the default template when
 //! not configured). Then the controller: `defaultRequestTTL` 60 s (`"0s"` = none; negative
-//! refused), and the usage-limit policy (`static-usage-limit-policy` by default).
+//! refused), the usage-limit policy (`static-usage-limit-policy` by default) and
+//! `enableEviction` (default off; its filter, order and pacing are built in, not configured).
 //!
 //! One departure: upstream decodes a band without `priority` as priority 0, silently; here it is
 //! refused, since it would make that entry band 0's configuration without saying so.
@@ -77,6 +78,9 @@ pub struct FlowControlConfig {
     pub usage_limit: StaticUsageLimit,
     /// Its plugin index.
     pub usage_limit_plugin: usize,
+    /// `enableEviction`: revoke sheddable in-flight requests when a band with demand is
+    /// blocked by saturation (`eviction`).
+    pub enable_eviction: bool,
 }
 
 impl FlowControlConfig {
@@ -113,14 +117,6 @@ pub(crate) fn build(
     raw: &RawFlowControl,
     plugins: &[PluginInstance],
 ) -> Result<FlowControlConfig, ConfigError> {
-    if raw.enable_eviction {
-        return Err(ConfigError::value(
-            "flowControl.enableEviction",
-            "true",
-            "in-flight eviction is not modelled yet (it needs the Alpha eviction plugins and request revocation); \
-             leave enableEviction off",
-        ));
-    }
     let (default_ordering, default_fairness) = {
         let wrap = |e: String| {
             ConfigError::at(
@@ -308,6 +304,7 @@ pub(crate) fn build(
         default_negative_band,
         usage_limit,
         usage_limit_plugin,
+        enable_eviction: raw.enable_eviction,
     })
 }
 

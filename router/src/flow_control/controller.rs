@@ -10,12 +10,17 @@
 //! dispatches nothing else. Both are kept here. Time is whatever the caller says it is; the
 //! caller runs [`FlowController::dispatch_cycle`] after every enqueue and on every 1 ms tick,
 //! [`FlowController::expire`] at deadlines and [`FlowController::sweep`] on every 1 s tick.
+//! With `enableEviction` the controller also holds the pool's in-flight eviction
+//! ([`super::eviction`]): the caller reports each dispatched request scheduled to an endpoint
+//! and each such request's end, and runs [`FlowController::reclaim`] after a cycle that
+//! dispatched nothing (it acts only when that cycle stopped at a head-of-line break).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Included, Unbounded};
 use std::sync::Arc;
 
 use super::config::{BandConfig, FlowControlConfig};
+use super::eviction::{BandDemand, Eviction, Lease, ReclamationConfig};
 use super::outcome::{Cause, QueueOutcome};
 use super::policies::{Fairness, ItemTimes};
 
@@ -119,6 +124,12 @@ pub struct FlowController {
     sequence: u64,
     /// Whether the last dispatch cycle saw no endpoints.
     pool_empty: bool,
+    /// In-flight eviction, when `enableEviction` is on.
+    eviction: Option<Eviction>,
+    /// The last cycle's head-of-line break: the blocked band's rank and the saturation.
+    blocked: Option<(usize, f64)>,
+    /// Scratch for the bands a reclamation decision scans.
+    demand: Vec<BandDemand>,
 }
 
 impl FlowController {
@@ -135,7 +146,57 @@ impl FlowController {
             finalized: 0,
             sequence: 0,
             pool_empty: false,
+            eviction: None,
+            blocked: None,
+            demand: Vec::new(),
         }
+    }
+
+    /// Turn on in-flight eviction with `reclamation`'s tuning (the host derives its grace from
+    /// the saturation detector and the scrape interval).
+    pub fn enable_eviction(&mut self, reclamation: ReclamationConfig) {
+        self.eviction = Some(Eviction::new(reclamation));
+    }
+
+    /// Eviction's state, when on.
+    pub fn eviction(&self) -> Option<&Eviction> {
+        self.eviction.as_ref()
+    }
+
+    /// A request of `priority` was dispatched and scheduled to an endpoint at `now_us`: eviction
+    /// tracks it (the evictor's pre-request hook).
+    pub fn track_in_flight(&mut self, key: u64, priority: i64, now_us: u64) {
+        if let Some(eviction) = &mut self.eviction {
+            eviction.evictor.track(Lease { key, priority, dispatch_us: now_us });
+        }
+    }
+
+    /// A dispatched request's stream ended at `now_us` (answered, cancelled or revoked): it is
+    /// untracked, and a revoked one confirmed.
+    pub fn stream_ended(&mut self, key: u64, now_us: u64) {
+        if let Some(eviction) = &mut self.eviction {
+            eviction.stream_ended(key, now_us);
+        }
+    }
+
+    /// `maybeReclaim` for the last dispatch cycle, when it stopped at a head-of-line break and
+    /// eviction is on: the requests to revoke, appended to `out`. The caller carries each out
+    /// (aborts it at its engine, answers its client) and reports its stream's end.
+    pub fn reclaim(&mut self, now_us: u64, out: &mut Vec<u64>) {
+        let (Some(eviction), Some((break_at, saturation))) = (&mut self.eviction, self.blocked.take()) else {
+            return;
+        };
+        if !eviction.reclamation.gate_open(now_us) {
+            return;
+        }
+        let usage_limit = self.config.usage_limit;
+        self.demand.clear();
+        self.demand.extend(self.bands.values().rev().enumerate().map(|(rank, band)| BandDemand {
+            priority: band.config.priority,
+            ceiling: usage_limit.ceiling(saturation, rank),
+            queued: band.len > 0,
+        }));
+        eviction.maybe_reclaim(now_us, saturation, &self.demand, break_at, out);
     }
 
     /// Items in the queues, finalized ones not yet swept included.
@@ -234,9 +295,11 @@ impl FlowController {
     /// request, `None` when nothing left or the head was an already finalized item.
     pub fn dispatch_cycle(&mut self, saturation: f64, pool_empty: bool) -> Option<u64> {
         self.pool_empty = pool_empty;
+        self.blocked = None;
         let usage_limit = self.config.usage_limit;
         for (rank, band) in self.bands.values_mut().rev().enumerate() {
             if saturation >= usage_limit.ceiling(saturation, rank) {
+                self.blocked = Some((rank, saturation));
                 return None;
             }
             let Some(flow_id) = band.pick() else { continue };

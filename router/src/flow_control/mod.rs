@@ -4,19 +4,22 @@
 //!
 //! [`config`] builds the section as the release's loader does, [`policies`] holds the ordering,
 //! fairness and usage-limit policies, [`controller`] the queues and the dispatch cycle, and
-//! [`outcome`] what a client sees of a request that was not dispatched. Everything here is a
+//! [`outcome`] what a client sees of a request that was not dispatched (or was evicted in
+//! flight: [`eviction`], with `enableEviction`). Everything here is a
 //! plain state machine over times the caller gives; the router host drives it (after each
 //! arrival, on the 1 ms dispatch tick, at TTL deadlines, on the 1 s sweep tick).
 
 pub mod config;
 pub mod controller;
+pub mod eviction;
 pub mod outcome;
 pub mod policies;
 mod quantity;
 
 pub use config::{BandConfig, FlowControlConfig};
 pub use controller::{DEFAULT_FAIRNESS_ID, Finished, FlowController, Occupancy, Ticket, has_capacity};
-pub use outcome::{Cause, QueueOutcome, Refusal, translate, translate_error};
+pub use eviction::{Eviction, Lease, ReclamationConfig};
+pub use outcome::{Cause, QueueOutcome, Refusal, evicted_in_flight, translate, translate_error};
 pub use policies::{Fairness, Ordering, StaticUsageLimit};
 
 /// The byte size upstream's capacity limits count for a request: its body as the client sends

@@ -86,6 +86,17 @@ impl Refusal {
     }
 }
 
+/// An in-flight request the reclamation controller revoked: the ext_proc server answers it
+/// with an `ImmediateResponse` of 429, body `request evicted by flow control`, and the reason the
+/// `ImmediateResponseEvictor` recorded, `evicted` (`handlers/server.go`, `eviction/evictor.go`).
+pub fn evicted_in_flight() -> Refusal {
+    Refusal {
+        status: 429,
+        message: "request evicted by flow control".to_owned(),
+        dropped_reason: Some("evicted"),
+    }
+}
+
 /// `translateFlowControlOutcome`: `None` for a dispatched request, else the status, message
 /// and dropped-reason header the client gets. `pool_empty` is whether the pool had no endpoints
 /// when a TTL expiry was reported.
