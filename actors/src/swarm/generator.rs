@@ -12,8 +12,9 @@
 use blis_kernel::{Streams, Substream};
 
 /// The llm-d configs the generator routes with, besides round-robin and `config: {}`: the
-/// release's samples, precise prefix scoring from KV events, flow control on (a short TTL and a capped sheddable band, so requests
-/// are queued, shed and expired), and session affinity (an Alpha plugin, so with the flag).
+/// release's samples, precise prefix scoring from KV events, flow control on (a short TTL, a
+/// capped sheddable band and in-flight eviction, so requests are queued, shed, expired and
+/// evicted), and session affinity (an Alpha plugin, so with the flag).
 const ROUTER_CONFIGS: [(&str, bool); 7] = [
     (include_str!("../../../fixtures/router-configs/epp-config.yaml"), false),
     (include_str!("../../../fixtures/router-configs/epp-estimate-prefix-cache-config.yaml"), false),
@@ -30,6 +31,7 @@ featureGates: [flowControl]
 flowControl:
   defaultRequestTTL: 2s
   defaultNegativePriorityBand: { maxRequests: 4 }
+  enableEviction: true
 plugins:
 - type: queue-scorer
 - type: prefix-cache-scorer
