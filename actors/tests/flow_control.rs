@@ -4,6 +4,8 @@
 //! outputs are byte-identical on both hosts and with one or two threads; a bad section is
 //! refused with its full path.
 
+mod byte_identity;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -100,14 +102,7 @@ fn a_client_giving_up_on_a_queued_call_is_accounted_for() {
 #[test]
 fn flow_control_is_byte_identical_across_hosts_and_thread_counts() {
     let text = scenario("on-ttl5s");
-    let with = |host: blis_kernel::HostKind, threads: usize| {
-        let options = RunOptions { host, threads: Some(threads), ..RunOptions::default() };
-        let out = run(&text, options, &mut |_| {}).unwrap();
-        (out.result_json(), out.calls_jsonl())
-    };
-    let reference = with(blis_kernel::HostKind::Inline, 1);
-    assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
-    assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
+    byte_identity::identical_across_hosts_and_threads(&text, None);
 }
 
 /// A bad section is refused at scenario level with its full path.
@@ -275,15 +270,8 @@ fn eviction_is_byte_identical_and_keeps_every_invariant() {
     let far =
         evict_with_concurrency_detector().replace("router_engine_us: 100 }", "router_engine_us: 100000 }");
     for (text, seed) in [(scenario("on-evict"), 7), (evict_with_concurrency_detector(), 7), (far, 2)] {
-        let with = |host: blis_kernel::HostKind, threads: usize| {
-            let options = RunOptions { host, threads: Some(threads), ..RunOptions::default() };
-            let out = run(&text, options, &mut |_| {}).unwrap();
-            (out.result_json(), out.calls_jsonl())
-        };
-        let reference = with(blis_kernel::HostKind::Inline, 1);
+        let reference = byte_identity::identical_across_hosts_and_threads(&text, None);
         assert!(String::from_utf8_lossy(&reference.1).contains("evicted"), "the run evicts");
-        assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
-        assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
         let parsed = blis_contracts::Scenario::parse(&text).unwrap();
         let checked =
             run_checked(&parsed, seed, &data, CheckOptions { fault: None, determinism: true }).unwrap();

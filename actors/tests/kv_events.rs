@@ -4,6 +4,8 @@
 //! whose blocks it reports reached the engine; with no such config no engine publishes any; and
 //! runs that route on them are byte-identical on both hosts and any thread count.
 
+mod byte_identity;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -163,15 +165,7 @@ fn without_a_precise_producer_no_engine_publishes_kv_events() {
 fn routing_on_kv_events_is_byte_identical_across_hosts_and_thread_counts() {
     let text =
         scenario("{ config_file: fixtures/router-configs/precise-default.yaml, kv_events_delay_s: 0.001 }");
-    let with = |host: blis_kernel::HostKind, threads: usize| {
-        let options =
-            RunOptions { host, threads: Some(threads), base_dir: Some(root()), ..RunOptions::default() };
-        let out = blis_actors::run(&text, options, &mut |_| {}).unwrap();
-        (out.result_json(), out.calls_jsonl())
-    };
-    let reference = with(blis_kernel::HostKind::Inline, 1);
-    assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
-    assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
+    let reference = byte_identity::identical_across_hosts_and_threads(&text, Some(root()));
     // And the events change decisions: the approximate default routes differently.
     let approx = blis_actors::run(
         &scenario("{ config: {} }"),

@@ -3,6 +3,8 @@
 //! filters, the scrape interval changes decisions, and every bad router setting is refused by
 //! path.
 
+mod byte_identity;
+
 use std::path::PathBuf;
 
 use blis_actors::{RunError, RunOptions, run};
@@ -184,12 +186,5 @@ fn the_stack_names_the_releases_this_build_models() {
 #[test]
 fn llm_d_routing_is_byte_identical_across_hosts_and_thread_counts() {
     let text = std::fs::read_to_string(root().join("fixtures/gate/llmd-chat.yaml")).unwrap();
-    let with = |host: blis_kernel::HostKind, threads: usize| {
-        let options = RunOptions { host, threads: Some(threads), ..RunOptions::default() };
-        let out = run(&text, options, &mut |_| {}).unwrap();
-        (out.result_json(), out.calls_jsonl())
-    };
-    let reference = with(blis_kernel::HostKind::Inline, 1);
-    assert!(with(blis_kernel::HostKind::Inline, 2) == reference, "one thread vs two");
-    assert!(with(blis_kernel::HostKind::Tasks, 1) == reference, "inline vs tasks host");
+    byte_identity::identical_across_hosts_and_threads(&text, None);
 }
