@@ -4,17 +4,9 @@
 # band) the calls completed, shed at capacity or by the legacy admission, expired in the queue,
 # evicted in flight, and the TTFT of the completed ones. Prints Markdown; writes the runs under $OUT.
 # Usage: scripts/flow-control-experiments.sh [OUT]   (a few seconds, release build)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${1:-$(mktemp -d)}
-mkdir -p "$OUT"
-cargo build --release --quiet
-B=${CARGO_TARGET_DIR:-target}/release/blis-actor
-S=fixtures/scenarios/routing
+source "$(dirname "$0")/experiment-setup.sh"
 variants="off on-defaults on-ttl5s on-evict"
-for v in $variants; do
-    "$B" run "$S/burst-fc-$v.yaml" --out "$OUT/$v" --quiet > "$OUT/$v.txt" 2>&1
-done
+run_variants burst-fc $variants
 echo "| admission | class (llm-d priority) | calls | completed | shed (429) | expired (429) | evicted (429) | TTFT mean (ms) | TTFT p50 (ms) | TTFT p99 (ms) | TTFT max (ms) |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for v in $variants; do

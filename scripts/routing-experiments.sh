@@ -3,17 +3,10 @@
 # under each router (5 replications each, the frame's default), then compare-configs on the
 # pairs the document discusses. Prints Markdown tables; writes the runs under $OUT.
 # Usage: scripts/routing-experiments.sh [OUT]   (about a minute on 2 cores, release build)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${1:-$(mktemp -d)}
-mkdir -p "$OUT"
-cargo build --release --quiet
-B=${CARGO_TARGET_DIR:-target}/release/blis-actor
+source "$(dirname "$0")/experiment-setup.sh"
 S=fixtures/scenarios/routing
 variants="round-robin default epp-config optimized-baseline default-scrape-1s precise epp-config-precise"
-for v in $variants; do
-    "$B" run "$S/chat-8-$v.yaml" --out "$OUT/$v" --quiet > "$OUT/$v.txt" 2>&1
-done
+run_variants chat-8 $variants
 echo "| router | prefix-cache hits | TTFT mean (ms) | TTFT p99 (ms) | E2E mean (ms) | E2E p99 (ms) | ITL p99 (ms) |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 for v in $variants; do
