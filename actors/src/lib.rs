@@ -14,6 +14,7 @@ mod client;
 mod comparison;
 mod engine_host;
 mod figures;
+pub mod identification;
 mod ledger;
 mod message;
 mod metrics;
