@@ -240,9 +240,9 @@ fn eviction_revokes_sheddable_calls_in_flight_with_upstreams_reason() {
         evicted
     };
     let utilization = check(&scenario("on-evict"));
-    assert_eq!(utilization, BTreeMap::from([("background", 3), ("batch", 4)]), "utilization detector");
+    assert_eq!(utilization, BTreeMap::from([("background", 4), ("batch", 4)]), "utilization detector");
     let concurrency = check(&evict_with_concurrency_detector());
-    assert_eq!(concurrency, BTreeMap::from([("background", 16), ("batch", 0)]), "concurrency detector");
+    assert_eq!(concurrency, BTreeMap::from([("background", 21), ("batch", 0)]), "concurrency detector");
 }
 
 /// `burst-fc-on-evict` with the concurrency detector (10 ms confirmation grace).

@@ -422,9 +422,25 @@ mod tests {
     use super::*;
     use crate::Catalog;
 
-    /// Only the roofline entries (and the memory assumption): datasheet physics.
+    /// Only the roofline entries (and the memory assumption): datasheet physics, with the
+    /// kernel launches the registry prices by assumption set to nothing.
     fn roofline() -> Registry {
-        Registry::embedded().retain(|e| e.rank == Rank::Roofline || e.family == Family::Memory).unwrap()
+        let embedded = Registry::embedded();
+        let mut entries: Vec<Entry> = embedded
+            .entries()
+            .iter()
+            .filter(|e| e.rank == Rank::Roofline || e.family == Family::Memory)
+            .cloned()
+            .collect();
+        let mut launch = embedded
+            .entries()
+            .iter()
+            .find(|e| e.family == Family::Launch && e.chip == "*" && e.bundle.is_none())
+            .expect("the registry prices launches")
+            .clone();
+        launch.params.values_mut().for_each(|v| *v = 0.0);
+        entries.push(launch);
+        Registry::from_entries(entries).unwrap()
     }
 
     fn plan(model: &str, tp: u32, weights: Option<Dtype>) -> PoolPlan {
