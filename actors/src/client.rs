@@ -400,38 +400,46 @@ impl Client {
         resolved
     }
 
-    /// The prompt ids of LLM node `node` of `spec`, computed from the spec alone.
+    /// The prompt ids of LLM node `node` of `spec`, computed from the spec alone (a history
+    /// part's ids recomputed from the earlier node's).
     fn prompt_of(&self, spec: &RequestSpec, node: usize) -> Vec<u32> {
         let NodeKind::Llm(call) = &spec.nodes[node].kind else { return Vec::new() };
+        self.prompt_ids(spec, node, call, &mut |earlier, prompt| {
+            prompt.extend(self.prompt_of(spec, earlier));
+            if let NodeKind::Llm(earlier_call) = &spec.nodes[earlier].kind {
+                prompt.extend(self.output_ids(&spec.id, &spec.nodes[earlier].id, earlier_call.output_tokens));
+            }
+        })
+    }
+
+    /// The prompt ids of LLM node `node` of `spec`; `history` appends the prompt and output ids
+    /// of an earlier node a history part names.
+    fn prompt_ids(
+        &self,
+        spec: &RequestSpec,
+        node: usize,
+        call: &LlmCall,
+        history: &mut dyn FnMut(usize, &mut Vec<u32>),
+    ) -> Vec<u32> {
         let mut prompt = Vec::new();
+        let node_id = &spec.nodes[node].id;
         for (j, part) in call.prompt.iter().enumerate() {
             match part {
+                PromptPart::Tokens(count) => {
+                    let key = format!("{}/{node_id}/{j}", spec.id);
+                    prompt.extend(self.token_ids(&self.component, "prompt-tokens", &key, *count));
+                }
+                PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
+                PromptPart::Shared { name, tokens } => {
+                    prompt.extend(self.token_ids("workload", "shared-tokens", name, *tokens));
+                }
                 PromptPart::History(of) => {
                     let earlier = spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
-                    prompt.extend(self.prompt_of(spec, earlier));
-                    if let NodeKind::Llm(earlier_call) = &spec.nodes[earlier].kind {
-                        prompt.extend(self.output_ids(&spec.id, of, earlier_call.output_tokens));
-                    }
+                    history(earlier, &mut prompt);
                 }
-                own => self.own_part_ids(&spec.id, &spec.nodes[node].id, j, own, &mut prompt),
             }
         }
         prompt
-    }
-
-    /// The ids of part `j` of a prompt that is not history, appended to `prompt`.
-    fn own_part_ids(&self, request: &str, node_id: &str, j: usize, part: &PromptPart, prompt: &mut Vec<u32>) {
-        match part {
-            PromptPart::Tokens(count) => {
-                let key = format!("{request}/{node_id}/{j}");
-                prompt.extend(self.token_ids(&self.component, "prompt-tokens", &key, *count));
-            }
-            PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
-            PromptPart::Shared { name, tokens } => {
-                prompt.extend(self.token_ids("workload", "shared-tokens", name, *tokens));
-            }
-            PromptPart::History(_) => unreachable!("history parts are resolved by the caller"),
-        }
     }
 
     /// The output ids of node `node_id` of request `request`, fixed in advance.
@@ -439,25 +447,14 @@ impl Client {
         self.token_ids(&self.component, "output-tokens", &format!("{request}/{node_id}"), count)
     }
 
-    /// The prompt ids of an LLM node.
+    /// The prompt ids of an LLM node, its history from the exchanges already made.
     fn prompt(&self, request: &LiveRequest, node: usize, call: &LlmCall) -> Vec<u32> {
-        let mut prompt = Vec::new();
-        let node_id = &request.spec.nodes[node].id;
-        for (j, part) in call.prompt.iter().enumerate() {
-            match part {
-                PromptPart::History(of) => {
-                    let earlier =
-                        request.spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
-                    let exchange = request.exchanges[earlier]
-                        .as_ref()
-                        .expect("a history node finished before its descendant");
-                    prompt.extend_from_slice(&exchange.prompt);
-                    prompt.extend_from_slice(&exchange.output);
-                }
-                own => self.own_part_ids(&request.spec.id, node_id, j, own, &mut prompt),
-            }
-        }
-        prompt
+        self.prompt_ids(&request.spec, node, call, &mut |earlier, prompt| {
+            let exchange =
+                request.exchanges[earlier].as_ref().expect("a history node finished before its descendant");
+            prompt.extend_from_slice(&exchange.prompt);
+            prompt.extend_from_slice(&exchange.output);
+        })
     }
 
     /// `count` token ids from the substream `(component, purpose, item)`.
