@@ -211,7 +211,10 @@ impl EngineHost {
             | ClusterMessage::FirstToken(_)
             | ClusterMessage::Metrics(_)
             | ClusterMessage::KvEvents(_)
-            | ClusterMessage::ClientDone => return,
+            | ClusterMessage::ClientDone
+            | ClusterMessage::TransferDone(_)
+            | ClusterMessage::TransferCancel(_)
+            | ClusterMessage::TransferStart(_) => return,
         };
         self.admit(&call, now, out);
     }

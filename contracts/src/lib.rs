@@ -12,6 +12,7 @@ pub mod bounds;
 mod call;
 mod engine;
 mod error;
+mod fabric;
 mod frame;
 pub mod json;
 mod metric;
@@ -30,6 +31,7 @@ pub use engine::{
     StepMode, StepPrice, StepRequest, StepShape, StepTotals,
 };
 pub use error::{FieldError, join_path, number};
+pub use fabric::{Endpoint, FabricSpec, MAX_FABRIC_NODES, MAX_GPUS_PER_NODE};
 pub use frame::{
     Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp,
     WarmUpRecord,
