@@ -5,6 +5,7 @@
 mod args;
 mod block_hash;
 mod block_pool;
+pub mod connector;
 mod engine;
 mod fields;
 mod kv_cache_manager;
