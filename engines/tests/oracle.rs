@@ -480,7 +480,9 @@ fn replay(trace: &Trace) -> Result<usize, String> {
     // A trace of an upstream livelock stops with its requests still there; every other trace
     // ends with all of them finished.
     if let Some(end) = &trace.end {
-        let held: Vec<Value> = r.scheduler.held().filter(|_| true).map(|(k, _)| json!(id(k))).collect();
+        let mut held: Vec<u64> = r.scheduler.held().map(|(k, _)| k).collect();
+        held.sort_unstable();
+        let held: Vec<Value> = held.into_iter().map(|k| json!(id(k))).collect();
         let got = json!({"held": held, "free_blocks": r.scheduler.kv().pool().num_free(),
             "cpu_blocks_present": r.scheduler.connector().and_then(|c| c.offloading()).map_or(0, |o| o.manager().len())});
         for field in ["held", "free_blocks", "cpu_blocks_present"] {

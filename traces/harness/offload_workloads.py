@@ -200,6 +200,27 @@ def w_same_prefix_race():
     }
 
 
+def w_livelock():
+    # Found by engines/tests/offload_properties.rs and confirmed on vLLM 0.15.1: two requests
+    # whose CPU loads completed wait holding their loaded blocks (admission fails for lack of
+    # free blocks), while the head of the queue is admitted with the whole budget and then
+    # preempts itself for want of a block, every other step, forever.
+    def prompt(key, g, n):
+        return [(1000 * g + t + 100) if t < 40 else (15000 + 100 * key + t) for t in range(n)]
+    spec = [(40, 1, 55, 19, None), (40, 1, 25, 1, None), (0, 0, 1, 1, None), (38, 1, 12, 5, None),
+            (1, 1, 23, 6, 31), (47, 0, 8, 11, None)]
+    return {
+        "name": "offload-livelock",
+        "description": "upstream livelock: loaded requests wait holding blocks while the head admits and preempts itself",
+        "config": cfg(block_size=4, num_gpu_blocks=25, max_num_batched_tokens=63, max_num_seqs=4,
+                      max_model_len=96, enable_prefix_caching=False),
+        "offload": off(3, block_size=4, store_polls=3, load_polls=2, fail_loads={"r1": 0}),
+        "modes": ["sync"],
+        "stop_after_steps": 160,
+        "requests": [req(prompt(k, g, p), o, at, abort_step=ab) for k, (at, g, p, o, ab) in enumerate(spec)],
+    }
+
+
 WORKLOADS = [
     w_store_hit(),
     w_multiturn(),
@@ -212,4 +233,5 @@ WORKLOADS = [
     w_no_prefix_caching(),
     w_slow_stores_idle(),
     w_same_prefix_race(),
+    w_livelock(),
 ]

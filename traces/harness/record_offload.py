@@ -182,6 +182,8 @@ class OffloadTrace(R.Trace):
 
     def header(self):
         h = self.header_fields()
+        if "stop_after_steps" in self.w:
+            h["stop_after_steps"] = self.w["stop_after_steps"]
         h["offload_rule"] = (
             "after schedule(): the worker connector (vLLM's OffloadingConnectorWorker) runs "
             "handle_preemptions(preempted) if any, bind_connector_metadata, start_load_kv, "
@@ -286,7 +288,10 @@ class OffloadTrace(R.Trace):
                                      cp.preempted_queries, cp.preempted_hits] if cp is not None else None
             return st
         sched.make_stats = make_stats
+        stop_after = self.w.get("stop_after_steps")
         while True:
+            if stop_after is not None and step == stop_after:
+                break
             assert step < R.MAX_STEPS
             rec = {"step": step, "added": [], "aborted": []}
             todo = sorted(static.pop(step, []) + ready)
@@ -327,10 +332,13 @@ class OffloadTrace(R.Trace):
                 ready.extend(children.pop(rid, []))
             self.lines.append(rec)
             step += 1
-        assert not children
-        for i, rid in enumerate(self.ids):
-            assert self.objs[rid].is_finished(), rid
-            assert self.finished.get(rid) is not None, rid
+        if stop_after is not None:
+            assert sched.has_unfinished_requests(), "the workload finished before stop_after_steps"
+        else:
+            assert not children
+            for i, rid in enumerate(self.ids):
+                assert self.objs[rid].is_finished(), rid
+                assert self.finished.get(rid) is not None, rid
         # Requests still held (their stores not reported before the engine went idle) keep
         # their blocks: recorded, and checked by the replay.
         held = sorted(sched.requests, key=self.index.get)

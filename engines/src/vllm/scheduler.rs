@@ -282,7 +282,7 @@ pub struct Scheduler {
     failed_recving: BTreeSet<u64>,
     connector_stats: PrefixCacheStats,
     skipped: Vec<RequestHandle>,
-    held_blocks: usize,
+    held_requests: usize,
     record_events: bool,
 }
 
@@ -329,7 +329,7 @@ impl Scheduler {
             failed_recving: BTreeSet::new(),
             connector_stats: PrefixCacheStats::default(),
             skipped: Vec::new(),
-            held_blocks: 0,
+            held_requests: 0,
             record_events: false,
         }
     }
@@ -339,9 +339,16 @@ impl Scheduler {
         self.connector.as_ref()
     }
 
+    /// Waiting requests that hold blocks (loaded by their connector, or allocated while a load
+    /// runs): what starves admission in vLLM 0.15.1's offloading livelock
+    /// (`traces/vllm-0.15.1/offload-livelock-sync.jsonl`).
+    pub fn waiting_holding_blocks(&self) -> usize {
+        self.waiting.iter().filter(|&h| !self.get(h).blocks.is_empty()).count()
+    }
+
     /// Requests finished whose blocks their connector still holds.
     pub fn num_held(&self) -> usize {
-        self.held_blocks
+        self.held_requests
     }
 
     /// The limits.
@@ -1042,7 +1049,7 @@ impl Scheduler {
         self.free_slots.push(handle.slot);
         self.kv.free(&mut request);
         self.by_key.remove(&key);
-        self.held_blocks -= 1;
+        self.held_requests -= 1;
     }
 
     fn remove_waiting(&mut self, handle: RequestHandle) {
@@ -1071,7 +1078,7 @@ impl Scheduler {
                 num_preemptions: request.num_preemptions,
                 num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
             };
-            self.held_blocks += 1;
+            self.held_requests += 1;
             self.finished_ids.push(key);
             self.events.push((key, SchedulerEvent::Finished));
             finished.push(record);

@@ -310,6 +310,46 @@ impl OffloadingScheduler {
             .collect()
     }
 
+    /// Check the CPU tier against the connector's books, one line per broken rule (I12 in
+    /// `docs/INVARIANTS.md`): CPU blocks are conserved (free + present = capacity, ids distinct);
+    /// the blocks not ready are exactly those some request is storing; each ready block's
+    /// loads in flight are the requests loading it.
+    pub fn check(&self, violations: &mut Vec<String>) {
+        let m = &self.manager;
+        if m.num_free() as usize + m.len() != m.num_blocks() as usize {
+            violations.push(format!(
+                "I12 {} free + {} present CPU blocks != {} CPU blocks",
+                m.num_free(),
+                m.len(),
+                m.num_blocks()
+            ));
+        }
+        let recency = m.recency();
+        let mut ids: Vec<u32> = recency.iter().map(|r| r.1).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != recency.len() || ids.last().is_some_and(|&i| i >= m.num_blocks()) {
+            violations.push("I12 a CPU block id is held twice or out of range".to_owned());
+        }
+        let storing: BTreeSet<BlockKey> = self.reqs_being_stored.values().flatten().copied().collect();
+        let not_ready: BTreeSet<BlockKey> = recency.iter().filter(|r| r.2 < 0).map(|r| r.0).collect();
+        if storing != not_ready {
+            violations.push(format!(
+                "I12 {} CPU blocks are not ready but {} are being stored",
+                not_ready.len(),
+                storing.len()
+            ));
+        }
+        for &(key, _, refs) in &recency {
+            let loading = self.reqs_being_loaded.values().filter(|keys| keys.contains(&key)).count();
+            if refs >= 0 && refs as usize != loading {
+                violations.push(format!(
+                    "I12 a CPU block has {refs} loads in flight but {loading} requests load it"
+                ));
+            }
+        }
+    }
+
     /// Requests with loads in flight (the connector's view).
     pub fn loading(&self) -> impl Iterator<Item = u64> + '_ {
         self.reqs_being_loaded.keys().copied()
