@@ -28,7 +28,7 @@ pub mod yaml;
 pub use call::{CallRecord, Fate};
 pub use engine::{
     EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepGraph,
-    StepMode, StepPrice, StepRequest, StepShape, StepTotals,
+    StepMode, StepPrice, StepRequest, StepShape, StepTotals, Transfer,
 };
 pub use error::{FieldError, join_path, number};
 pub use fabric::{Endpoint, FabricSpec, MAX_FABRIC_NODES, MAX_GPUS_PER_NODE};
@@ -42,8 +42,8 @@ pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
     BuildRecord, DataRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord, LatencySummary, Metrics,
-    OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult, ScenarioRecord,
-    SimulationRecord, SpreadRecord, ValidityRecord,
+    OffloadRecord, OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult,
+    ScenarioRecord, SimulationRecord, SpreadRecord, ValidityRecord,
 };
 pub use scenario::{
     Cluster, DEFAULT_REFRESH_METRICS_INTERVAL_S, EngineKind, EngineSpec, Hardware, LLMD_ROUTER_VERSION,

@@ -480,7 +480,8 @@ fn replay(trace: &Trace) -> Result<usize, String> {
     // A trace of an upstream livelock stops with its requests still there; every other trace
     // ends with all of them finished.
     if let Some(end) = &trace.end {
-        let mut held: Vec<u64> = r.scheduler.held().map(|(k, _)| k).collect();
+        let mut held: Vec<u64> =
+            r.scheduler.held().map(|(k, _)| k).chain(r.scheduler.held_by_connector()).collect();
         held.sort_unstable();
         let held: Vec<Value> = held.into_iter().map(|k| json!(id(k))).collect();
         let got = json!({"held": held, "free_blocks": r.scheduler.kv().pool().num_free(),

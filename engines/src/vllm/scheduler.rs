@@ -432,9 +432,22 @@ impl Scheduler {
         self.waiting.iter().map(|h| self.get(h).spec.key)
     }
 
-    /// Keys of the requests held, each with whether it was ever scheduled.
+    /// Keys of the requests held, unfinished, each with whether it was ever scheduled.
     pub fn held(&self) -> impl Iterator<Item = (u64, bool)> + '_ {
-        self.slots.iter().filter_map(|(_, r)| r.as_ref()).map(|r| (r.spec.key, r.num_cached_tokens.is_some()))
+        self.slots
+            .iter()
+            .filter_map(|(_, r)| r.as_ref())
+            .filter(|r| r.status != Status::Finished)
+            .map(|r| (r.spec.key, r.num_cached_tokens.is_some()))
+    }
+
+    /// Keys of finished requests whose blocks their connector holds.
+    pub fn held_by_connector(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slots
+            .iter()
+            .filter_map(|(_, r)| r.as_ref())
+            .filter(|r| r.status == Status::Finished)
+            .map(|r| r.spec.key)
     }
 
     /// Blocks held by requests, summed over block tables.

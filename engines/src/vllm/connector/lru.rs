@@ -43,6 +43,8 @@ pub struct LruManager {
     order: BTreeMap<u64, BlockKey>,
     next_seq: u64,
     events: Option<Vec<CpuEvent>>,
+    stored_total: u64,
+    evicted_total: u64,
 }
 
 impl LruManager {
@@ -56,7 +58,14 @@ impl LruManager {
             order: BTreeMap::new(),
             next_seq: 0,
             events: record_events.then(Vec::new),
+            stored_total: 0,
+            evicted_total: 0,
         }
+    }
+
+    /// Blocks that became ready (stored) so far, and blocks evicted so far.
+    pub fn totals(&self) -> (u64, u64) {
+        (self.stored_total, self.evicted_total)
     }
 
     /// Whether events are recorded.
@@ -157,6 +166,7 @@ impl LruManager {
                 return None;
             }
         }
+        self.evicted_total += evict.len() as u64;
         for k in &evict {
             let e = self.blocks.remove(k).expect("an evicted block is present");
             self.order.remove(&e.seq);
@@ -193,6 +203,7 @@ impl LruManager {
                 stored.push(*k);
             }
         }
+        self.stored_total += stored.len() as u64;
         if !stored.is_empty()
             && let Some(events) = &mut self.events
         {
