@@ -324,7 +324,6 @@ class OffloadTrace(R.Trace):
             self.connector_pc = None
             upd = self.do_update(step, so, sampled)
             upd["connector_pc"] = self.connector_pc
-            upd["cached_tokens"] = [[rid, self.objs[rid].num_cached_tokens] for rid, _ in upd["finished"]]
             if self.connector_pc:
                 self.ext_hits += self.connector_pc[2] + self.connector_pc[5]
             rec["update"] = upd
@@ -342,8 +341,10 @@ class OffloadTrace(R.Trace):
         # Requests still held (their stores not reported before the engine went idle) keep
         # their blocks: recorded, and checked by the replay.
         held = sorted(sched.requests, key=self.index.get)
-        self.lines.append({"kind": "end", "held": held, "free_blocks": self.num_free(),
-                           "cpu_blocks_present": len(sched.connector.connector_scheduler.manager.blocks)})
+        end = self.end_line()
+        end.update({"held": held, "free_blocks": self.num_free(),
+                    "cpu_blocks_present": len(sched.connector.connector_scheduler.manager.blocks)})
+        self.lines.append(end)
         self.stats["steps"] = step
         return self.lines
 
