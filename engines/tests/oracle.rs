@@ -152,6 +152,8 @@ fn specs_json(specs: &[TransferSpec], load: bool) -> Value {
 struct Replay {
     scheduler: Scheduler,
     worker: Option<FakeWorker>,
+    /// Each request's finish reason and num_cached_tokens (−1: never admitted), as it ended.
+    ended: Vec<Option<(&'static str, i64)>>,
     requests: Vec<Value>,
     delivered: Vec<u32>,
     finished_at: Vec<Option<u64>>,
@@ -211,6 +213,7 @@ impl Replay {
             scheduler.set_record_kv_events(true);
         }
         Replay {
+            ended: vec![None; n],
             worker,
             scheduler,
             requests,
@@ -388,8 +391,9 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                     Some(Status::WaitingForRemoteKvs) => "waiting_for_remote_kvs",
                     Some(Status::Finished) | None => "finished",
                 };
-                if r.scheduler.abort(i as u64).is_some() {
+                if let Some(f) = r.scheduler.abort(i as u64) {
                     r.finished_at[i].get_or_insert(step);
+                    r.ended[i] = Some(("abort", if f.admitted { i64::from(f.num_cached_tokens) } else { -1 }));
                 }
                 aborted.push(json!([id(i as u64), state]));
             }
@@ -451,11 +455,12 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                 r.scheduler.update_from_output_with(&batch, step, output.as_ref(), &mut update);
                 for f in &update.finished {
                     r.finished_at[f.key as usize] = Some(step);
+                    r.ended[f.key as usize] = Some(("length", i64::from(f.num_cached_tokens)));
                 }
                 let got = r.update_json(of_step, &update);
                 let expected = expected_update(&line["update"]);
                 let offload_fields: &[&str] =
-                    if r.worker.is_some() { &["cpu_events", "connector_pc", "cached_tokens"] } else { &[] };
+                    if r.worker.is_some() { &["cpu_events", "connector_pc", "cached_tokens"] } else { &["cached_tokens"] };
                 for &field in ["of_step", "tokens", "finished", "stats", "free_blocks", "free_q", "kv_events"]
                     .iter()
                     .chain(offload_fields)
@@ -480,6 +485,20 @@ fn replay(trace: &Trace) -> Result<usize, String> {
     // A trace of an upstream livelock stops with its requests still there; every other trace
     // ends with all of them finished.
     if let Some(end) = &trace.end {
+        let requests: Vec<Value> = (0..n)
+            .map(|i| match r.ended[i] {
+                Some((reason, cached)) => json!([id(i as u64), reason, cached]),
+                None if r.added[i] => {
+                    json!([id(i as u64), null, r.scheduler.num_cached_tokens(i as u64).map_or(-1, i64::from)])
+                }
+                None => json!([id(i as u64), null, null]),
+            })
+            .collect();
+        if json!(requests) != end["requests"] {
+            return Err(format!("end: requests: port {} vs vLLM {}", json!(requests), end["requests"]));
+        }
+    }
+    if let Some(end) = trace.end.as_ref().filter(|e| e.get("held").is_some()) {
         let mut held: Vec<u64> =
             r.scheduler.held().map(|(k, _)| k).chain(r.scheduler.held_by_connector()).collect();
         held.sort_unstable();

@@ -89,8 +89,11 @@ pub struct FinishedRequest {
     pub reason: FinishReason,
     /// How many times it was preempted.
     pub num_preemptions: u32,
-    /// Prompt tokens found in the prefix cache at its first admission.
+    /// Prompt tokens found in the prefix cache (or supplied by its connector) at its first
+    /// admission.
     pub num_cached_tokens: u32,
+    /// Whether it was ever admitted to running (vLLM's `num_cached_tokens` is −1 otherwise).
+    pub admitted: bool,
 }
 
 /// A change in one request's life, kept until [`Scheduler::clear_events`], for timelines and
@@ -1090,6 +1093,7 @@ impl Scheduler {
                 reason,
                 num_preemptions: request.num_preemptions,
                 num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
+                admitted: request.num_cached_tokens.is_some(),
             };
             self.held_requests += 1;
             self.finished_ids.push(key);
@@ -1110,6 +1114,7 @@ impl Scheduler {
             reason,
             num_preemptions: request.num_preemptions,
             num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
+            admitted: request.num_cached_tokens.is_some(),
         });
     }
 
@@ -1139,6 +1144,12 @@ impl Scheduler {
     /// `finished_req_ids` of the step just scheduled): the keys of `batch.finished_prev`.
     pub fn finished_req_ids(batch: &SchedulerOutput) -> &[u64] {
         &batch.finished_prev
+    }
+
+    /// The prompt tokens the request `key` found cached at its first admission, if it is held
+    /// and was admitted.
+    pub fn num_cached_tokens(&self, key: u64) -> Option<u32> {
+        self.by_key.get(&key).and_then(|&h| self.get(h).num_cached_tokens)
     }
 
     /// Whether the request `key` is held, and in which state.
