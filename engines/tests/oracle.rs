@@ -393,7 +393,8 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                 };
                 if let Some(f) = r.scheduler.abort(i as u64) {
                     r.finished_at[i].get_or_insert(step);
-                    r.ended[i] = Some(("abort", if f.admitted { i64::from(f.num_cached_tokens) } else { -1 }));
+                    r.ended[i] =
+                        Some(("abort", if f.admitted { i64::from(f.num_cached_tokens) } else { -1 }));
                 }
                 aborted.push(json!([id(i as u64), state]));
             }
@@ -459,8 +460,11 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                 }
                 let got = r.update_json(of_step, &update);
                 let expected = expected_update(&line["update"]);
-                let offload_fields: &[&str] =
-                    if r.worker.is_some() { &["cpu_events", "connector_pc", "cached_tokens"] } else { &["cached_tokens"] };
+                let offload_fields: &[&str] = if r.worker.is_some() {
+                    &["cpu_events", "connector_pc", "cached_tokens"]
+                } else {
+                    &["cached_tokens"]
+                };
                 for &field in ["of_step", "tokens", "finished", "stats", "free_blocks", "free_q", "kv_events"]
                     .iter()
                     .chain(offload_fields)
