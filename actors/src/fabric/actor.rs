@@ -98,7 +98,7 @@ impl Actor<ClusterMessage> for FabricActor {
         for (link, (load, cap)) in self.flows.link_loads().iter().zip(self.flows.capacities()).enumerate() {
             if *load > cap * (1.0 + 1e-9) {
                 violations.push(format!(
-                    "fabric: {} carries {load} B/µs over its {cap}",
+                    "I13 fabric: {} carries {load} B/µs over its {cap}",
                     self.topology.link_name(link)
                 ));
             }

@@ -13,6 +13,9 @@ use blis_costmodel::{Catalog, LinkClass};
 
 use super::flows::LinkId;
 
+/// One part of a transfer: the links it crosses and its bytes.
+pub type Part = (Vec<LinkId>, u64);
+
 /// The resolved fabric: its links (name and capacity) and how GPUs sit in nodes.
 #[derive(Clone, Debug)]
 pub struct Topology {
@@ -172,12 +175,7 @@ impl Topology {
     /// The parts of a transfer of `bytes` from `from` to `to`, each (path, bytes), and its
     /// latency (hops of its longest path × the per-hop latency). A multi-GPU end splits the bytes
     /// evenly over its GPUs (the first ones take the remainder), pairing ranks in order.
-    pub fn parts(
-        &self,
-        from: Endpoint,
-        to: Endpoint,
-        bytes: u64,
-    ) -> Result<(Vec<(Vec<LinkId>, u64)>, u64), String> {
+    pub fn parts(&self, from: Endpoint, to: Endpoint, bytes: u64) -> Result<(Vec<Part>, u64), String> {
         let a = self.places(from)?;
         let b = self.places(to)?;
         let n = a.len().max(b.len());
