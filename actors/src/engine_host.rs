@@ -306,6 +306,8 @@ impl EngineHost {
     fn complete(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         self.batch_ends.pop_front();
         self.engine.complete_oldest(now.as_micros(), &mut self.finished);
+        // Under asynchronous scheduling the next batch's copies start as this one ends.
+        self.send_copy_jobs(out);
         if !self.first_token_pending.is_empty() {
             for &(key, token) in &self.engine.last_update().tokens {
                 if token.is_some() && self.first_token_pending.remove(&key) {

@@ -160,7 +160,6 @@ struct Replay {
     added: Vec<bool>,
     queue: std::collections::VecDeque<(u64, SchedulerOutput)>,
     asynchronous: bool,
-    connector_output: Option<ConnectorOutput>,
 }
 
 impl Replay {
@@ -222,7 +221,6 @@ impl Replay {
             added: vec![false; n],
             queue: Default::default(),
             asynchronous: limits.async_scheduling,
-            connector_output: None,
         }
     }
 
@@ -413,7 +411,7 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                     return Err(format!("step {step}: {field}: port {} vs vLLM {}", got[field], line[field]));
                 }
             }
-            if let Some(worker) = &mut r.worker {
+            if r.worker.is_some() {
                 let meta = out.connector_meta.as_ref().unwrap();
                 for (field, got) in
                     [("loads", specs_json(&meta.loads, true)), ("stores", specs_json(&meta.stores, false))]
@@ -422,18 +420,6 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                         return Err(format!("step {step}: {field}: port {got} vs vLLM {}", line[field]));
                     }
                 }
-                let output = worker.step(&out);
-                let got = output.as_ref().map(|o| {
-                    json!([
-                        o.finished_sending.iter().map(|k| id(*k)).collect::<Vec<_>>(),
-                        o.finished_recving.iter().map(|k| id(*k)).collect::<Vec<_>>(),
-                        o.invalid_block_ids
-                    ])
-                });
-                if json!(got) != line["xfer"] {
-                    return Err(format!("step {step}: xfer: port {} vs vLLM {}", json!(got), line["xfer"]));
-                }
-                r.connector_output = output;
             }
             let total = out.total;
             r.queue.push_back((step, out));
@@ -452,7 +438,24 @@ fn replay(trace: &Trace) -> Result<usize, String> {
             (None, true) => {}
             (Some((of_step, batch)), false) => {
                 let mut update = UpdateOutput::default();
-                let output = r.connector_output.take();
+                // The worker runs each batch's execute_model just before its update, in batch order.
+                let output = r.worker.as_mut().and_then(|w| w.step(&batch));
+                if r.worker.is_some() {
+                    let got = output.as_ref().map(|o| {
+                        json!([
+                            o.finished_sending.iter().map(|k| id(*k)).collect::<Vec<_>>(),
+                            o.finished_recving.iter().map(|k| id(*k)).collect::<Vec<_>>(),
+                            o.invalid_block_ids
+                        ])
+                    });
+                    if json!(got) != line["xfer"] {
+                        return Err(format!(
+                            "step {step}: xfer: port {} vs vLLM {}",
+                            json!(got),
+                            line["xfer"]
+                        ));
+                    }
+                }
                 r.scheduler.update_from_output_with(&batch, step, output.as_ref(), &mut update);
                 for f in &update.finished {
                     r.finished_at[f.key as usize] = Some(step);

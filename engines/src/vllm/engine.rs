@@ -105,6 +105,23 @@ struct OffloadSide {
     loads: (u64, u64),
 }
 
+impl OffloadSide {
+    /// The worker at the top of a batch's execute_model: a preemption submits the pending
+    /// stores and waits for the preempted requests' ones; then the pending stores and the
+    /// batch's loads are submitted.
+    fn start_batch(&mut self, batch: &SchedulerOutput) {
+        if !batch.preempted.is_empty() {
+            let (submitted, wait) = self.worker.handle_preemptions(&batch.preempted);
+            self.submitted.extend(submitted);
+            let done = &self.done;
+            self.wait_for.extend(wait.into_iter().filter(|j| !done.contains(j)));
+        }
+        let meta = batch.connector_meta.as_ref().expect("a connector's step has metadata");
+        let submitted = self.worker.start_kv_transfers(meta);
+        self.submitted.extend(submitted);
+    }
+}
+
 /// A copy job the host hands to the fabric: its id, its direction and its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CopyJob {
@@ -301,18 +318,12 @@ impl VllmEngine {
             });
         }
         self.preemptions_without_token += output.preempted.len() as u64;
-        if let Some(side) = &mut self.offload {
-            // The worker at the top of execute_model: a preemption submits the pending stores and
-            // waits for the preempted requests' ones; then the pending stores and this step's
-            // loads are submitted.
-            if !output.preempted.is_empty() {
-                let (submitted, wait) = side.worker.handle_preemptions(&output.preempted);
-                side.submitted.extend(submitted);
-                side.wait_for.extend(wait.into_iter().filter(|j| !side.done.contains(j)));
-            }
-            let meta = output.connector_meta.as_ref().expect("a connector's step has metadata");
-            let submitted = side.worker.start_kv_transfers(meta);
-            side.submitted.extend(submitted);
+        // The worker runs batches one after another: a batch's execute_model starts once the
+        // previous one's has ended (under asynchronous scheduling, when that batch completes).
+        if self.in_flight.is_empty()
+            && let Some(side) = &mut self.offload
+        {
+            side.start_batch(&output);
         }
         self.in_flight.push_back(output);
         self.pad_to_graph();
@@ -359,6 +370,9 @@ impl VllmEngine {
             (batch.total > 0 || !output.is_empty()).then_some(output)
         });
         self.scheduler.update_from_output_with(&batch, now_us, output.as_ref(), &mut self.update);
+        if let (Some(side), Some(next)) = (&mut self.offload, self.in_flight.front()) {
+            side.start_batch(next);
+        }
         if self.update.tokens.iter().any(|(_, token)| token.is_some()) || !self.scheduler.has_requests() {
             self.steps_without_token = 0;
             self.preemptions_without_token = 0;
