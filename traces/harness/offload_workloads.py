@@ -32,7 +32,7 @@ def w_store_hit():
         "description": "A stores 2 obs-32 blocks, F evicts it from a small GPU, B loads A's prefix from CPU",
         "config": cfg(num_gpu_blocks=12, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(6, block_size=32),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": [req(a, 3, 0), req(toks(rng, 150), 3, 5), req(a[:64] + toks(rng, 3), 2, 10)],
     }
 
@@ -52,7 +52,7 @@ def w_multiturn():
         "description": "6 sessions x 3 turns whose working set exceeds the GPU; later turns hit their history on CPU",
         "config": cfg(num_gpu_blocks=40, max_num_batched_tokens=128, max_num_seqs=4),
         "offload": off(64),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -70,7 +70,7 @@ def w_evict_lru():
         "description": "a CPU tier of 8 blocks under 6 distinct 4-block prompts: LRU eviction (tail first), then hits on survivors only",
         "config": cfg(num_gpu_blocks=7, max_num_batched_tokens=64, max_num_seqs=2),
         "offload": off(8),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -84,7 +84,7 @@ def w_cannot_store():
         "description": "a CPU tier of 5 blocks full of not-ready blocks of running requests: stores refused and retried",
         "config": cfg(num_gpu_blocks=40, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(5),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -100,7 +100,7 @@ def w_failed_load():
         "description": "two CPU hits whose loads report an invalid block (the first and the third of the destination): recompute from there",
         "config": cfg(num_gpu_blocks=14, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(16, fail_loads={"r3": 0, "r4": 2}),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -120,7 +120,7 @@ def w_abort_load():
         "description": "aborts before, during (parked, load in flight) and after a CPU load; slow loads (3 polls)",
         "config": cfg(num_gpu_blocks=16, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(24, load_polls=3),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -133,7 +133,7 @@ def w_preempt():
         "description": "a tight GPU preempts requests with stores in flight (the step waits for them); resumed requests load from CPU",
         "config": cfg(num_gpu_blocks=18, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(32, store_polls=2),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -151,7 +151,7 @@ def w_obs32_unaligned():
         "description": "offloaded blocks of 32 over GPU blocks of 16: unaligned local hits, partial-block loads",
         "config": cfg(num_gpu_blocks=20, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(16, block_size=32),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -166,7 +166,7 @@ def w_no_prefix_caching():
         "description": "GPU prefix caching off: every CPU hit is loaded again, concurrent loads of the same blocks allowed",
         "config": cfg(num_gpu_blocks=30, max_num_batched_tokens=64, max_num_seqs=4, enable_prefix_caching=False),
         "offload": off(16, load_polls=2),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -180,7 +180,7 @@ def w_slow_stores_idle():
         "description": "stores take 4 polls: blocks stay held through idle steps (the engine stops polling) until new work arrives",
         "config": cfg(num_gpu_blocks=14, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(16, store_polls=4),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 
@@ -195,7 +195,7 @@ def w_same_prefix_race():
         "description": "three requests hit the same CPU blocks while one loads them: the others are asked again (None) and hit the GPU copy",
         "config": cfg(num_gpu_blocks=16, max_num_batched_tokens=64, max_num_seqs=4),
         "offload": off(16, load_polls=2),
-        "modes": ["sync"],
+        "modes": ["sync", "async"],
         "requests": reqs,
     }
 

@@ -33,6 +33,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import Of
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core import kv_cache_utils  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor  # noqa: E402
 from vllm.v1.kv_offload.mediums import CPULoadStoreSpec, GPULoadStoreSpec  # noqa: E402
@@ -80,7 +81,7 @@ def page_size_bytes(c):
     return 2 * c["block_size"] * R.TINY_LLAMA["num_key_value_heads"] * R.HEAD_SIZE * 2
 
 
-def build_offload_scheduler(c, o):
+def build_offload_scheduler(c, o, mode):
     model_config = ModelConfig(model=R.model_dir(), dtype="float16", skip_tokenizer_init=True,
                                max_model_len=c["max_model_len"])
     scheduler_config = SchedulerConfig(
@@ -88,7 +89,7 @@ def build_offload_scheduler(c, o):
         max_model_len=c["max_model_len"], enable_chunked_prefill=c["enable_chunked_prefill"],
         long_prefill_token_threshold=c["long_prefill_token_threshold"],
         max_num_partial_prefills=c["max_num_partial_prefills"], policy=c["policy"],
-        async_scheduling=False, is_encoder_decoder=False)
+        async_scheduling=(mode == "async"), is_encoder_decoder=False)
     cache_config = CacheConfig(block_size=c["block_size"], enable_prefix_caching=c["enable_prefix_caching"],
                                prefix_caching_hash_algo=c["prefix_caching_hash_algo"], swap_space=0,
                                cache_dtype="auto")
@@ -112,7 +113,9 @@ def build_offload_scheduler(c, o):
             block_size=c["block_size"], num_kv_heads=R.TINY_LLAMA["num_key_value_heads"],
             head_size=R.HEAD_SIZE, dtype=torch.float16))])
     vllm_config.cache_config.num_gpu_blocks = c["num_gpu_blocks"]
-    sched = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+    cls = AsyncScheduler if mode == "async" else Scheduler
+    assert vllm_config.scheduler_config.get_scheduler_cls() is cls
+    sched = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                       structured_output_manager=StructuredOutputManager(vllm_config),
                       block_size=c["block_size"], log_stats=True)
     assert isinstance(sched.connector, OffloadingConnector)
@@ -134,7 +137,8 @@ def build_offload_scheduler(c, o):
         "policy": scheduler_config.policy,
         "prefix_caching_hash_algo": vllm_config.cache_config.prefix_caching_hash_algo,
         "none_hash": kv_cache_utils.NONE_HASH.hex(),
-        "async_scheduling": False, "scheduler_class": "Scheduler", "batch_queue_size": 1,
+        "async_scheduling": mode == "async", "scheduler_class": cls.__name__,
+        "batch_queue_size": R.BATCH_QUEUE_SIZE if mode == "async" else 1,
         "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
         "kv_connector_extra_config": kv_transfer_config.kv_connector_extra_config,
         "cpu_blocks": o["cpu_blocks"], "offloaded_block_size": o["block_size"],
@@ -147,12 +151,12 @@ def build_offload_scheduler(c, o):
 
 
 class OffloadTrace(R.Trace):
-    def __init__(self, workload):
+    def __init__(self, workload, mode):
         self.w = workload
-        self.mode = "sync"
+        self.mode = mode
         self.c = workload["config"]
         self.o = workload["offload"]
-        self.sched, self.hasher, self.worker, self.effective = build_offload_scheduler(self.c, self.o)
+        self.sched, self.hasher, self.worker, self.effective = build_offload_scheduler(self.c, self.o, mode)
         self.specs = workload["requests"]
         self.prompts = R.resolve_prompts(self.specs)
         self.ids = ["r%d" % i for i in range(len(self.specs))]
@@ -185,7 +189,9 @@ class OffloadTrace(R.Trace):
         if "stop_after_steps" in self.w:
             h["stop_after_steps"] = self.w["stop_after_steps"]
         h["offload_rule"] = (
-            "after schedule(): the worker connector (vLLM's OffloadingConnectorWorker) runs "
+            "before each update_from_output(batch) (sync: right after that batch's schedule(); async: when "
+            "the batch is popped from the queue of depth 2, so the worker runs batches in order), the "
+            "worker connector (vLLM's OffloadingConnectorWorker) runs "
             "handle_preemptions(preempted) if any, bind_connector_metadata, start_load_kv, "
             "wait_for_save if tokens were scheduled, get_finished(finished_req_ids), clear; "
             "fake handlers complete a job at its store_polls/load_polls-th get_finished poll "
@@ -227,6 +233,11 @@ class OffloadTrace(R.Trace):
         rec["loads"] = [[rid, [int(x) for x in s[0].block_ids], [int(x) for x in s[1].block_ids]] for rid, s in meta.reqs_to_load.items()]
         rec["stores"] = [[rid, [int(x) for x in s[0].block_ids], [int(x) for x in s[1].block_ids]] for rid, s in meta.reqs_to_store.items()]
         self.cpu_loads += sum(len(x[1]) for x in rec["loads"])
+        return so, sampled
+
+    def run_worker(self, so):
+        """The worker side of one batch's execute_model; returns the KVConnectorOutput (or None)."""
+        meta = so.kv_connector_metadata
         wc = self.worker
         if so.preempted_req_ids:
             wc.handle_preemptions(so.preempted_req_ids)
@@ -241,17 +252,16 @@ class OffloadTrace(R.Trace):
         # multiproc aggregator hands the scheduler a set, whose order is the hash table's).
         sending = sorted(sending, key=self.index.get)
         recving = sorted(recving, key=self.index.get)
-        self.kvo = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
-                                     invalid_block_ids=set(self.invalid))
-        if so.total_num_scheduled_tokens == 0 and self.kvo.is_empty():
-            self.kvo = None
-        rec["xfer"] = None if self.kvo is None else [
-            sorted(sending, key=self.index.get), sorted(recving, key=self.index.get), sorted(self.invalid)]
-        return so, sampled
+        kvo = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+                                invalid_block_ids=set(self.invalid))
+        if so.total_num_scheduled_tokens == 0 and kvo.is_empty():
+            kvo = None
+        self.xfer = None if kvo is None else [sending, recving, sorted(self.invalid)]
+        return kvo
 
     def do_update(self, step_of, so, sampled):
         sched = self.sched
-        kvo = self.kvo
+        kvo = self.run_worker(so)
         orig = sched.update_from_output
 
         def with_kvo(so_, mro):
@@ -277,6 +287,7 @@ class OffloadTrace(R.Trace):
             if s["abort_step"] is not None:
                 aborts.setdefault(s["abort_step"], []).append(i)
         added, ready, step = 0, [], 0
+        queue = R.deque()
         self.lines.append(self.header())
         stats_hook = sched.make_stats
 
@@ -314,20 +325,36 @@ class OffloadTrace(R.Trace):
                         "running", "waiting", "free_blocks", "free_q", "loads", "stores", "xfer"):
                 rec[key] = None
             rec["update"] = None
-            if not sched.has_requests():
+            if not sched.has_requests() and not queue:
                 if added == n and not static and not aborts:
                     break
                 self.lines.append(rec)
                 step += 1
                 continue
-            so, sampled = self.do_schedule(rec)
-            self.connector_pc = None
-            upd = self.do_update(step, so, sampled)
-            upd["connector_pc"] = self.connector_pc
-            if self.connector_pc:
-                self.ext_hits += self.connector_pc[2] + self.connector_pc[5]
-            rec["update"] = upd
-            for rid, _reason in upd["finished"]:
+            finished_now = []
+            update_of = None
+            if self.mode == "sync":
+                so, sampled = self.do_schedule(rec)
+                update_of = (step, so, sampled)
+            else:
+                do_pop = True
+                if sched.has_requests():
+                    so, sampled = self.do_schedule(rec)
+                    queue.appendleft((step, so, sampled))
+                    if so.total_num_scheduled_tokens > 0 and len(queue) < R.BATCH_QUEUE_SIZE:
+                        do_pop = False
+                if do_pop:
+                    update_of = queue.pop()
+            if update_of is not None:
+                self.connector_pc = None
+                upd = self.do_update(*update_of)
+                rec["xfer"] = self.xfer
+                upd["connector_pc"] = self.connector_pc
+                if self.connector_pc:
+                    self.ext_hits += self.connector_pc[2] + self.connector_pc[5]
+                rec["update"] = upd
+                finished_now = upd["finished"]
+            for rid, _reason in finished_now:
                 ready.extend(children.pop(rid, []))
             self.lines.append(rec)
             step += 1
@@ -361,19 +388,20 @@ def main():
     for w in OW.WORKLOADS:
         if args.only and w["name"] not in args.only:
             continue
-        tr = OffloadTrace(w)
-        lines = tr.run()
-        name = "%s-sync.jsonl" % w["name"]
-        path = os.path.join(out, name)
-        R.dump_lines(lines, path)
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        st = tr.stats
-        rows.append((name, st["steps"], len(tr.specs), st["preemptions"], ",".join(st["aborts"]) or "-",
-                     tr.ext_hits, os.path.getsize(path), digest))
-        print("%-36s steps %4d reqs %2d preempt %2d aborts %-40s cpu: loaded %3d stored %3d evicted %3d ext_hit_tokens %5d"
-              % (name, st["steps"], len(tr.specs), st["preemptions"], ",".join(st["aborts"]) or "-",
-                 tr.cpu_loads, tr.cpu_stores, tr.cpu_evicted, tr.ext_hits), flush=True)
+        for mode in w["modes"]:
+            tr = OffloadTrace(w, mode)
+            lines = tr.run()
+            name = "%s-%s.jsonl" % (w["name"], mode)
+            path = os.path.join(out, name)
+            R.dump_lines(lines, path)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            st = tr.stats
+            rows.append((name, st["steps"], len(tr.specs), st["preemptions"], ",".join(st["aborts"]) or "-",
+                         tr.ext_hits, os.path.getsize(path), digest))
+            print("%-36s steps %4d reqs %2d preempt %2d aborts %-40s cpu: loaded %3d stored %3d evicted %3d ext_hit_tokens %5d"
+                  % (name, st["steps"], len(tr.specs), st["preemptions"], ",".join(st["aborts"]) or "-",
+                     tr.cpu_loads, tr.cpu_stores, tr.cpu_evicted, tr.ext_hits), flush=True)
     if args.check:
         bad = [r[0] for r in rows if not filecmp.cmp(os.path.join(out, r[0]), os.path.join(args.out, r[0]), shallow=False)]
         shutil.rmtree(out)
