@@ -15,6 +15,7 @@ mod comparison;
 mod engine_host;
 pub mod fabric;
 mod figures;
+pub mod identification;
 mod ledger;
 mod message;
 mod metrics;
