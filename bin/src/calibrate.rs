@@ -156,7 +156,10 @@ pub fn calibrate(
 /// The held-out folds of a calibration on `experiments`: one per model, labelled
 /// `fitted without model M`, when they serve more than one model; otherwise one per experiment,
 /// `fitted without E`.
-fn held_out_folds(experiments: &[Experiment]) -> Vec<(String, Box<dyn Fn(&Experiment) -> bool>)> {
+/// A fold: its name and which experiments it holds out.
+type Fold = (String, Box<dyn Fn(&Experiment) -> bool>);
+
+fn held_out_folds(experiments: &[Experiment]) -> Vec<Fold> {
     let mut models: Vec<String> = experiments.iter().map(|e| e.model.clone()).collect();
     models.sort();
     models.dedup();
