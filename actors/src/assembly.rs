@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use blis_contracts::{
-    EngineIdentity, EngineKind, FieldError, RouterSpec, Scenario, ServedPool, ServingSettings,
+    Endpoint, EngineIdentity, EngineKind, FabricSpec, FieldError, RouterSpec, Scenario, ServedPool,
+    ServingSettings,
 };
 use blis_costmodel::{CostData, Pricer};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
@@ -17,7 +18,8 @@ use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams}
 use serde_json::json;
 
 use crate::client::{Client, ClientWiring};
-use crate::engine_host::EngineHost;
+use crate::engine_host::{EngineHost, FabricWiring};
+use crate::fabric::{FabricActor, Topology};
 use crate::ledger::CallLedger;
 use crate::message::ClusterMessage;
 use crate::router_host::{LlmdWiring, RouterHost};
@@ -162,11 +164,18 @@ pub fn assemble(
         .expect("a validated scenario has pools");
     check_lengths(scenario, longest)?;
 
+    let placement = place_on_fabric(scenario, &pools, data)?;
+    let fabric_record = placement.as_ref().map(|_| scenario.cluster.fabric.clone().unwrap_or_default());
+
     let mut assembly = Assembly::new();
     let declare = |assembly: &mut Assembly<ClusterMessage>, name: String| {
         assembly.declare(name).map_err(|e| FieldError::at("cluster", format!("cannot assemble: {e}")))
     };
     let router = declare(&mut assembly, "router".to_owned())?;
+    let fabric = match &placement {
+        Some(_) => Some(declare(&mut assembly, "fabric".to_owned())?),
+        None => None,
+    };
     let mut engines = Vec::new();
     for pool in &pools {
         for replica in 0..pool.replicas {
@@ -221,7 +230,7 @@ pub fn assemble(
         .map(|(id, name, pool)| (*id, Arc::from(name.as_str()), pool.model.clone()))
         .collect();
     assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
-    for (id, name, pool) in &engines {
+    for (index, (id, name, pool)) in engines.iter().enumerate() {
         let environment = Box::new(Pricer::new(&pool.chip, &pool.plan.pool, &data.registry));
         let mut engine = VllmEngine::new(pool.plan.clone(), environment);
         if options.fault == Some(Fault::LeakKvBlock) {
@@ -231,7 +240,18 @@ pub fn assemble(
         if let Some(lag) = kv_events_lag {
             host.publish_kv_events(lag);
         }
+        if let (Some(fabric), Some(placement)) = (fabric, &placement) {
+            let (first, count, node) = placement.gpus[index];
+            host.carry_transfers(FabricWiring {
+                fabric,
+                gpus: Endpoint::Gpus { first, count },
+                host: Endpoint::Host { node },
+            });
+        }
         assembly.install(*id, host).map_err(install_error)?;
+    }
+    if let (Some(fabric), Some(placement)) = (fabric, placement) {
+        assembly.install(fabric, FabricActor::new(placement.topology)).map_err(install_error)?;
     }
     // Token ids are drawn below the smallest vocabulary served, so every engine could take them.
     let vocab_size = pools.iter().map(|p| p.vocab_size).min().expect("a validated scenario has pools");
@@ -312,6 +332,10 @@ pub fn assemble(
             }
         })
         .collect();
+    let mut resolved = resolved;
+    if let Some(fabric) = fabric_record {
+        resolved["fabric"] = json!(fabric);
+    }
     let mut identities: Vec<EngineIdentity> = pools.iter().map(|p| p.plan.pool.engine.clone()).collect();
     identities.sort();
     identities.dedup();
@@ -325,6 +349,80 @@ pub fn assemble(
         expected_requests,
         ledger,
     })
+}
+
+/// Where the instances sit on the fabric: the topology and, per instance in declaration order,
+/// its first GPU, its GPU count and its node.
+struct Placement {
+    topology: Topology,
+    gpus: Vec<(u32, u32, u32)>,
+}
+
+/// Place the instances on the fabric, when any of them offloads KV blocks or the scenario gives
+/// a fabric: each takes `tensor_parallel_size` GPUs of one node, in pool order; the node's host
+/// memory must hold the CPU tiers of the instances on it.
+fn place_on_fabric(
+    scenario: &Scenario,
+    pools: &[PlannedPool],
+    data: &CostData,
+) -> Result<Option<Placement>, FieldError> {
+    let offloads = pools.iter().any(|p| p.plan.config.offload.is_some());
+    if !offloads && scenario.cluster.fabric.is_none() {
+        return Ok(None);
+    }
+    let spec = scenario.cluster.fabric.clone().unwrap_or_default();
+    let topology = Topology::resolve(&spec, &data.catalog, "cluster.fabric")?;
+    let spec: &FabricSpec = &spec;
+    let mut gpus = Vec::new();
+    let mut host_used = vec![0.0f64; spec.nodes as usize];
+    let mut next = 0u32;
+    for (i, pool) in pools.iter().enumerate() {
+        let tp = pool.plan.config.tensor_parallel_size;
+        if tp > spec.gpus_per_node {
+            return Err(FieldError::new(
+                format!("cluster.pools[{i}].engine.args.tensor_parallel_size"),
+                tp,
+                format!(
+                    "an instance's GPUs sit in one node, and the fabric's nodes have {} GPUs",
+                    spec.gpus_per_node
+                ),
+            ));
+        }
+        for _ in 0..pool.replicas {
+            if next % spec.gpus_per_node + tp > spec.gpus_per_node {
+                next = next.div_ceil(spec.gpus_per_node) * spec.gpus_per_node;
+            }
+            if next + tp > topology.gpus() {
+                return Err(FieldError::new(
+                    "cluster.fabric.nodes",
+                    spec.nodes,
+                    format!(
+                        "the pools up to cluster.pools[{i}] need more GPUs than {} nodes of {} GPUs hold",
+                        spec.nodes, spec.gpus_per_node
+                    ),
+                ));
+            }
+            let node = topology.node_of(next);
+            gpus.push((next, tp, node));
+            next += tp;
+            if let Some(offload) = pool.plan.config.offload {
+                host_used[node as usize] += offload.cpu_bytes_to_use;
+                let capacity = topology.host_memory_bytes();
+                if host_used[node as usize] > capacity {
+                    return Err(FieldError::new(
+                        format!("cluster.pools[{i}].engine.args"),
+                        format!("{} B of CPU KV tier per instance", offload.cpu_bytes_to_use),
+                        format!(
+                            "the CPU KV tiers of the instances on node {node} need {:.0} B, more than the {:.0} B of host \
+                             memory its {} has (catalog)",
+                            host_used[node as usize], capacity, spec.host_memory
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Some(Placement { topology, gpus }))
 }
 
 /// The model a client's requests name: the one it gives, which some pool must serve, or the

@@ -636,7 +636,10 @@ impl Client {
             | ClusterMessage::Scrape
             | ClusterMessage::Metrics(_)
             | ClusterMessage::KvEvents(_)
-            | ClusterMessage::ClientDone => return,
+            | ClusterMessage::ClientDone
+            | ClusterMessage::TransferDone(_)
+            | ClusterMessage::TransferCancel(_)
+            | ClusterMessage::TransferStart(_) => return,
         };
         call.settled_us = Some(now_us);
         let (live, node) = (call.live, call.node_index);

@@ -20,14 +20,38 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use blis_contracts::{Rank, RankShares, StepGraph, StepMode};
+use blis_contracts::{Endpoint, Rank, RankShares, StepGraph, StepMode};
 use blis_engines::vllm::{FinishedRequest, KvEvent, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
 
-use crate::message::{CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage};
+use crate::message::{CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage, TransferStart};
+
+/// vLLM's engine core sleeps this long after a step that ran no model while requests are
+/// unfinished (`_process_engine_step`: a request waiting for its KV, say), µs.
+const IDLE_POLL_US: u64 = 1_000;
+
+/// A scheduled step that waits, before it can run, for the stores of the requests it preempted
+/// (the offloading worker's `handle_preemptions` blocks on them).
+#[derive(Clone, Copy, Debug)]
+struct HeldLaunch {
+    ready: SimTime,
+    device: SimDuration,
+    ran_tokens: bool,
+}
+
+/// Where an instance's copy jobs go: the fabric, and the instance's two ends.
+#[derive(Clone, Copy, Debug)]
+pub struct FabricWiring {
+    /// The fabric actor.
+    pub fabric: ActorId,
+    /// The instance's GPUs.
+    pub gpus: Endpoint,
+    /// Its node's host memory.
+    pub host: Endpoint,
+}
 
 /// What the engine loop does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +62,8 @@ enum Loop {
     Top(SimTime),
     /// Blocked until the oldest in-flight batch ends at this time.
     Await(SimTime),
+    /// A scheduled step waits for copy jobs (a preemption's stores) before it runs.
+    Held,
 }
 
 /// One engine instance.
@@ -68,6 +94,10 @@ pub struct EngineHost {
     kv_usage_peak: f64,
     /// Where the step's KV events go, when the router reads them.
     kv_events: Option<KvEventsOut>,
+    /// Where copy jobs go, when the instance offloads.
+    fabric: Option<FabricWiring>,
+    /// A step waiting for a preemption's stores.
+    held_launch: Option<HeldLaunch>,
 }
 
 /// How an engine publishes its KV events: one batch per step that recorded any, to the router,
@@ -111,6 +141,24 @@ impl EngineHost {
             kv_usage_integral: 0.0,
             kv_usage_peak: 0.0,
             kv_events: None,
+            fabric: None,
+            held_launch: None,
+        }
+    }
+
+    /// Carry the instance's KV copy jobs over `wiring` (an offloading instance needs it).
+    pub fn carry_transfers(&mut self, wiring: FabricWiring) {
+        self.fabric = Some(wiring);
+    }
+
+    /// Hand the copy jobs the engine submitted to the fabric.
+    fn send_copy_jobs(&mut self, out: &mut Outbox<ClusterMessage>) {
+        let jobs = self.engine.take_copy_jobs();
+        let Some(wiring) = self.fabric else { return };
+        for job in jobs {
+            let (from, to) = if job.store { (wiring.gpus, wiring.host) } else { (wiring.host, wiring.gpus) };
+            let start = TransferStart { id: job.id, from, to, bytes: job.bytes };
+            out.send(wiring.fabric, SimDuration::ZERO, ClusterMessage::TransferStart(Box::new(start)));
         }
     }
 
@@ -206,12 +254,24 @@ impl EngineHost {
                 out.send(self.router, self.delay_to_router, ClusterMessage::Metrics(Box::new(self.scrape())));
                 return;
             }
+            ClusterMessage::TransferDone(done) => {
+                self.engine.job_done(done.id);
+                if let Some(held) = self.held_launch
+                    && !self.engine.waiting_for_jobs()
+                {
+                    self.held_launch = None;
+                    self.next = self.run_step(now, held, out);
+                }
+                return;
+            }
             ClusterMessage::Completion(_)
             | ClusterMessage::Rejection(_)
             | ClusterMessage::FirstToken(_)
             | ClusterMessage::Metrics(_)
             | ClusterMessage::KvEvents(_)
-            | ClusterMessage::ClientDone => return,
+            | ClusterMessage::ClientDone
+            | ClusterMessage::TransferCancel(_)
+            | ClusterMessage::TransferStart(_) => return,
         };
         self.admit(&call, now, out);
     }
@@ -246,6 +306,8 @@ impl EngineHost {
     fn complete(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         self.batch_ends.pop_front();
         self.engine.complete_oldest(now.as_micros(), &mut self.finished);
+        // Under asynchronous scheduling the next batch's copies start as this one ends.
+        self.send_copy_jobs(out);
         if !self.first_token_pending.is_empty() {
             for &(key, token) in &self.engine.last_update().tokens {
                 if token.is_some() && self.first_token_pending.remove(&key) {
@@ -305,7 +367,7 @@ impl EngineHost {
     }
 
     /// Schedule and launch one batch at `now`; returns when the loop comes back to its top
-    /// (`Top`) or what it blocks on (`Await`).
+    /// (`Top`) or what it blocks on (`Await`, or `Held` while a preemption's stores finish).
     fn launch(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) -> Loop {
         let (price, shape) = self.engine.schedule();
         self.priced.merge(&price.by_rank);
@@ -313,14 +375,8 @@ impl EngineHost {
         let host = ceil_micros(price.host_micros);
         let device = ceil_micros(price.micros - price.host_micros);
         let ready = now.saturating_add(host);
-        let start = ready.max(self.device_free);
-        // A step always takes time, so the loop cannot spin at one instant.
-        let end = start.saturating_add(device).max(now.saturating_add(SimDuration::from_micros(1)));
-        if ran_tokens {
-            self.device_free = end;
-        }
         let t = shape.totals;
-        tracing::debug!(engine = %self.name, requests = t.requests, tokens = t.new_tokens, start = start.as_micros(), end = end.as_micros(), "step");
+        tracing::debug!(engine = %self.name, requests = t.requests, tokens = t.new_tokens, "step");
         if ran_tokens && let Some(notes) = out.notes() {
             let mode = match shape.mode() {
                 StepMode::Mixed => "mixed",
@@ -331,8 +387,14 @@ impl EngineHost {
                 StepGraph::Piecewise => "piecewise",
                 StepGraph::Full => "full",
             };
+            let start = ready.max(self.device_free);
             notes
-                .span("steps", "step", start, end)
+                .span(
+                    "steps",
+                    "step",
+                    start,
+                    start.saturating_add(device).max(now.saturating_add(SimDuration::from_micros(1))),
+                )
                 .arg("requests", u64::from(t.requests))
                 .arg("prefill_requests", u64::from(t.prefill_requests))
                 .arg("prefill_tokens", t.prefill_tokens)
@@ -344,6 +406,33 @@ impl EngineHost {
                 .arg("host_us", price.host_micros)
                 .arg("rank", dominant_rank(&price.by_rank));
         }
+        self.send_copy_jobs(out);
+        let held = HeldLaunch { ready, device, ran_tokens };
+        if self.engine.waiting_for_jobs() {
+            self.held_launch = Some(held);
+            return Loop::Held;
+        }
+        self.run_step(now, held, out)
+    }
+
+    /// Run a scheduled step on the device once it may start; returns what the loop does next.
+    fn run_step(&mut self, now: SimTime, step: HeldLaunch, out: &mut Outbox<ClusterMessage>) -> Loop {
+        let HeldLaunch { ready, device, ran_tokens } = step;
+        let _ = out;
+        let start = ready.max(self.device_free).max(now);
+        // A step always takes time, so the loop cannot spin at one instant.
+        let end = start.saturating_add(device).max(now.saturating_add(SimDuration::from_micros(1)));
+        if ran_tokens {
+            self.device_free = end;
+        }
+        // vLLM sleeps 1 ms after a step that ran no model while requests are unfinished (one
+        // waiting for its KV, say); only an offloading instance can be in that state without
+        // either preempting or being stalled.
+        let ready = if !ran_tokens && self.engine.offloads() && self.engine.has_unfinished() {
+            ready.max(now).saturating_add(SimDuration::from_micros(IDLE_POLL_US))
+        } else {
+            ready
+        };
         self.batch_ends.push_back(if ran_tokens { end } else { ready });
         let oldest_end = self.batch_ends[0];
         if ran_tokens && self.batch_ends.len() < self.steps_in_flight && oldest_end > ready {
@@ -357,7 +446,7 @@ impl EngineHost {
     fn run_loop(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         loop {
             match self.next {
-                Loop::Idle => return,
+                Loop::Idle | Loop::Held => return,
                 Loop::Top(at) | Loop::Await(at) if at > now => return,
                 Loop::Await(_) => {
                     self.complete(now, out);
@@ -406,7 +495,7 @@ impl EngineHost {
 impl Actor<ClusterMessage> for EngineHost {
     fn time_advance(&self) -> TimeAdvance {
         let engine = match self.next {
-            Loop::Idle => None,
+            Loop::Idle | Loop::Held => None,
             Loop::Top(at) | Loop::Await(at) => Some(at),
         };
         let frontend = self.in_frontend.keys().next().map(|&(at, _)| at);

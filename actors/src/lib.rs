@@ -14,6 +14,7 @@ mod calls_out;
 mod client;
 mod comparison;
 mod engine_host;
+pub mod fabric;
 mod figures;
 pub mod identification;
 mod ledger;
@@ -35,7 +36,7 @@ pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
 pub use comparison::{Configuration, MetricComparison, compare_configs};
 pub use engine_host::EngineHost;
 pub use ledger::CallLedger;
-pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage};
+pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage, TransferDone, TransferStart};
 pub use metrics::{Figures, Summary};
 pub use router_host::RouterHost;
 pub use run::{

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use blis_contracts::Endpoint;
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{ActorId, Message, MessageClass};
 use blis_router::Scrape;
@@ -35,6 +36,12 @@ pub enum ClusterMessage {
     KvEvents(Box<KvEventBatch>),
     /// A client will send nothing more (so the router may stop scraping).
     ClientDone,
+    /// A KV transfer its sender's request finished moving, from the fabric.
+    TransferDone(TransferDone),
+    /// A KV transfer to carry, from an engine host to the fabric.
+    TransferStart(Box<TransferStart>),
+    /// A KV transfer its sender no longer needs, to the fabric.
+    TransferCancel(TransferDone),
 }
 
 impl Message for ClusterMessage {
@@ -54,6 +61,9 @@ impl Message for ClusterMessage {
             ClusterMessage::ClientDone => MessageClass(6),
             ClusterMessage::Scrape => MessageClass(7),
             ClusterMessage::Request(_) => MessageClass(8),
+            ClusterMessage::TransferDone(_) => MessageClass(9),
+            ClusterMessage::TransferCancel(_) => MessageClass(10),
+            ClusterMessage::TransferStart(_) => MessageClass(11),
         }
     }
 
@@ -68,6 +78,9 @@ impl Message for ClusterMessage {
             ClusterMessage::Metrics(_) => "metrics",
             ClusterMessage::KvEvents(_) => "kv-events",
             ClusterMessage::ClientDone => "client-done",
+            ClusterMessage::TransferDone(_) => "transfer-done",
+            ClusterMessage::TransferCancel(_) => "transfer-cancel",
+            ClusterMessage::TransferStart(_) => "transfer-start",
         }
     }
 }
@@ -105,6 +118,26 @@ pub struct CallCompletion {
     pub cached_tokens: u32,
 }
 
+/// A KV transfer for the fabric to carry (DESIGN.md §5.1's Transfer, in bytes already).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferStart {
+    /// The sender's own id for it (unique among its transfers in progress).
+    pub id: u64,
+    /// Where the bytes are.
+    pub from: Endpoint,
+    /// Where they go.
+    pub to: Endpoint,
+    /// How many, in all (a multi-GPU end splits them over its GPUs).
+    pub bytes: u64,
+}
+
+/// A KV transfer, by its sender's id: finished (from the fabric) or cancelled (to it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferDone {
+    /// The sender's id for it.
+    pub id: u64,
+}
+
 /// A call its client gave up on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallAbort {
@@ -138,7 +171,10 @@ impl ClusterMessage {
             ClusterMessage::Scrape
             | ClusterMessage::Metrics(_)
             | ClusterMessage::KvEvents(_)
-            | ClusterMessage::ClientDone => 0,
+            | ClusterMessage::ClientDone
+            | ClusterMessage::TransferDone(_)
+            | ClusterMessage::TransferCancel(_)
+            | ClusterMessage::TransferStart(_) => 0,
         }
     }
 
@@ -152,7 +188,10 @@ impl ClusterMessage {
             ClusterMessage::Scrape
             | ClusterMessage::Metrics(_)
             | ClusterMessage::KvEvents(_)
-            | ClusterMessage::ClientDone => ActorId(0),
+            | ClusterMessage::ClientDone
+            | ClusterMessage::TransferDone(_)
+            | ClusterMessage::TransferCancel(_)
+            | ClusterMessage::TransferStart(_) => ActorId(0),
         }
     }
 }
@@ -209,6 +248,9 @@ mod tests {
             ClusterMessage::ClientDone => 6,
             ClusterMessage::Scrape => 7,
             ClusterMessage::Request(_) => 8,
+            ClusterMessage::TransferDone(_) => 9,
+            ClusterMessage::TransferCancel(_) => 10,
+            ClusterMessage::TransferStart(_) => 11,
         };
         let all = [
             &completion,
@@ -220,12 +262,20 @@ mod tests {
             &ClusterMessage::ClientDone,
             &ClusterMessage::Scrape,
             &request,
+            &ClusterMessage::TransferDone(TransferDone { id: 0 }),
+            &ClusterMessage::TransferCancel(TransferDone { id: 0 }),
+            &ClusterMessage::TransferStart(Box::new(TransferStart {
+                id: 0,
+                from: Endpoint::Host { node: 0 },
+                to: Endpoint::Gpus { first: 0, count: 1 },
+                bytes: 1,
+            })),
         ];
         for message in all {
             assert_eq!(message.class().0, expected(message));
         }
         let mut classes: Vec<u16> = all.iter().map(|m| m.class().0).collect();
         classes.dedup();
-        assert_eq!(classes.len(), 9, "two kinds share a class");
+        assert_eq!(classes.len(), 12, "two kinds share a class");
     }
 }

@@ -201,6 +201,7 @@ pub fn run_replication(
             prefix_cache_hits: metrics.prefix_cache_hits,
             kv_usage_mean,
             kv_usage_peak,
+            offload: host.engine().offload_record(),
         });
         engine_steps += counters.steps;
         priced.merge(host.priced());

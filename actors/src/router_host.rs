@@ -686,7 +686,10 @@ impl Actor<ClusterMessage> for RouterHost {
                             llmd.clients_left = llmd.clients_left.saturating_sub(1);
                         }
                     }
-                    ClusterMessage::Scrape => {}
+                    ClusterMessage::Scrape
+                    | ClusterMessage::TransferDone(_)
+                    | ClusterMessage::TransferCancel(_)
+                    | ClusterMessage::TransferStart(_) => {}
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! `blis-actor catalog`: the chips, models and coefficients a run would use.
+//! `blis-actor catalog`: the chips, link kinds, models and coefficients a run would use.
 
 use std::fmt::Write;
 
@@ -26,6 +26,19 @@ pub fn render(data: &CostData) -> String {
             chip.pcie_bandwidth.as_ref().map_or("-".to_owned(), |f| fact(f, 1e9, "GB/s")),
         );
         let _ = writeln!(s, "      source (BF16): {}", chip.bf16_dense_flops.source);
+    }
+    let _ = writeln!(s, "LINKS (the fabric's link kinds, per direction; host memory both ways)");
+    for link in data.catalog.links() {
+        let capacity =
+            link.capacity.as_ref().map_or(String::new(), |c| format!("  capacity {}", fact(c, 1e9, "GB")));
+        let _ = writeln!(
+            s,
+            "  {:<18} {:<11} {}{capacity}",
+            link.name,
+            link.class.as_str(),
+            fact(&link.bandwidth, 1e9, "GB/s")
+        );
+        let _ = writeln!(s, "      source: {}", link.bandwidth.source);
     }
     let _ = writeln!(s, "MODELS");
     for model in data.catalog.models() {

@@ -295,7 +295,7 @@ enum Command {
 #[derive(clap::Args)]
 struct DataArgs {
     /// Replace the embedded catalog with a folder laid out like costmodel/data (chips.yaml,
-    /// models/*.yaml).
+    /// links.yaml, models/*.yaml).
     #[arg(long)]
     catalog: Option<PathBuf>,
     /// Replace the embedded coefficient registry with this YAML file.

@@ -60,6 +60,13 @@ pub struct KvPlan {
     pub num_blocks: u64,
 }
 
+/// One KV move between an instance's GPU blocks and a tier below them (DESIGN.md §5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// GPU blocks moved (each the instance's block over all its layers and GPUs).
+    pub gpu_blocks: u64,
+}
+
 /// What CUDA graphs an instance captures.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GraphPolicy {
@@ -235,6 +242,10 @@ pub struct StepPrice {
 pub trait Environment {
     /// The memory the plan's fixed parts take on each GPU.
     fn memory(&self, plan: &PoolPlan) -> MemoryFootprint;
+
+    /// The bytes one KV move carries, over all the instance's GPUs (the fabric splits them
+    /// over each GPU's own links).
+    fn transfer_bytes(&self, transfer: &Transfer) -> u64;
 
     /// The time one step takes.
     fn price(&self, step: &StepShape) -> StepPrice;

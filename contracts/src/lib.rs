@@ -13,6 +13,7 @@ mod call;
 mod calls_header;
 mod engine;
 mod error;
+mod fabric;
 mod frame;
 pub mod json;
 mod metric;
@@ -29,9 +30,10 @@ pub use call::{CallRecord, Fate};
 pub use calls_header::{CALLS_SCHEMA, CallsFile, CallsHeader, ServedPool, ServingSettings, Writer};
 pub use engine::{
     EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepGraph,
-    StepMode, StepPrice, StepRequest, StepShape, StepTotals,
+    StepMode, StepPrice, StepRequest, StepShape, StepTotals, Transfer,
 };
 pub use error::{FieldError, join_path, number};
+pub use fabric::{Endpoint, FabricSpec, MAX_FABRIC_NODES, MAX_GPUS_PER_NODE};
 pub use frame::{
     Acceptance, AcceptanceOutcome, ClientFrame, FrameRecord, FrameSpec, RunKind, Slo, StopRule, WarmUp,
     WarmUpRecord,
@@ -42,8 +44,8 @@ pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
     BuildRecord, DataRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord, LatencySummary, Metrics,
-    OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult, ScenarioRecord,
-    SimulationRecord, SpreadRecord, ValidityRecord,
+    OffloadRecord, OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult,
+    ScenarioRecord, SimulationRecord, SpreadRecord, ValidityRecord,
 };
 pub use scenario::{
     Cluster, DEFAULT_REFRESH_METRICS_INTERVAL_S, EngineKind, EngineSpec, Hardware, LLMD_ROUTER_VERSION,

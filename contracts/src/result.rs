@@ -162,6 +162,35 @@ pub struct InstanceRecord {
     pub kv_usage_mean: f64,
     /// Highest KV-cache usage seen, 0–1.
     pub kv_usage_peak: f64,
+    /// The CPU tier, when the instance offloads KV blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadRecord>,
+}
+
+/// What an instance's CPU KV tier did over a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OffloadRecord {
+    /// CPU blocks the tier holds at most.
+    pub cpu_blocks: u64,
+    /// Prompt tokens looked up by the connector at admission, requests never preempted
+    /// (`vllm:external_prefix_cache_queries`).
+    pub external_prefix_cache_queries: u64,
+    /// Those loaded from the CPU tier (`vllm:external_prefix_cache_hits`): hits on medium CPU.
+    pub external_prefix_cache_hits: u64,
+    /// Blocks stored to the CPU tier (CPU `BlockStored`).
+    pub cpu_blocks_stored: u64,
+    /// Blocks evicted from it (CPU `BlockRemoved`).
+    pub cpu_blocks_evicted: u64,
+    /// Copy jobs GPU → CPU, and their bytes.
+    pub store_jobs: u64,
+    /// Bytes stored.
+    pub store_bytes: u64,
+    /// Copy jobs CPU → GPU, and their bytes.
+    pub load_jobs: u64,
+    /// Bytes loaded.
+    pub load_bytes: u64,
+    /// Stores refused because the tier was full of blocks it could not evict.
+    pub refused_stores: u64,
 }
 
 /// The scenario behind a result.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounds::{MAX_INSTANCES, check_micros, check_seconds};
 use crate::error::{FieldError, number};
+use crate::fabric::FabricSpec;
 use crate::frame::FrameSpec;
 use crate::workload::Workload;
 use crate::yaml::{self, YamlValue};
@@ -46,6 +47,9 @@ pub struct Cluster {
     pub router: RouterSpec,
     /// Groups of identical engine instances.
     pub pools: Vec<Pool>,
+    /// The nodes and links that carry KV transfers (absent: one DGX-H100-like node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<FabricSpec>,
 }
 
 /// One-way network delays, in microseconds.
@@ -280,6 +284,9 @@ impl Scenario {
             return Err(FieldError::new("cluster.pools", "[]", "at least one pool of engines is needed"));
         }
         self.cluster.router.validate()?;
+        if let Some(fabric) = &self.cluster.fabric {
+            fabric.validate("cluster.fabric")?;
+        }
         for (i, pool) in self.cluster.pools.iter().enumerate() {
             let path = format!("cluster.pools[{i}]");
             check_name(&pool.name, &format!("{path}.name"))?;

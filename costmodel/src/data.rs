@@ -1,7 +1,7 @@
 //! Loading the catalog and the registry, embedded or from files, with their content hashes.
 //!
 //! The data is compiled into the binary; `--catalog DIR` (a folder laid out like
-//! `costmodel/data`: `chips.yaml` and `models/*.yaml`) and `--registry FILE` replace it for a
+//! `costmodel/data`: `chips.yaml`, `links.yaml` and `models/*.yaml`) and `--registry FILE` replace it for a
 //! run, and `--model-config NAME=config.json` adds a model. Each part's hash is SHA-256 of a
 //! canonical encoding of its files — for every file in name order, its name, a zero byte, its
 //! length as u64 little-endian and its bytes — so embedded and path loads of the same data give
@@ -67,7 +67,10 @@ impl CostData {
         let mut files: Vec<(String, Vec<u8>)> = match catalog_dir {
             None => catalog::embedded_files().into_iter().map(|(n, t)| (n, t.as_bytes().to_vec())).collect(),
             Some(dir) => {
-                let mut files = vec![("chips.yaml".to_owned(), read(&dir.join("chips.yaml"), "--catalog")?)];
+                let mut files = vec![
+                    ("chips.yaml".to_owned(), read(&dir.join("chips.yaml"), "--catalog")?),
+                    ("links.yaml".to_owned(), read(&dir.join("links.yaml"), "--catalog")?),
+                ];
                 let models_dir = dir.join("models");
                 let entries = std::fs::read_dir(&models_dir).map_err(|e| {
                     FieldError::new(
@@ -98,7 +101,8 @@ impl CostData {
             .filter(|(n, _)| n.starts_with("models/"))
             .map(|(n, t)| (n.as_str(), t.as_str()))
             .collect();
-        let mut catalog = Catalog::from_texts(chips, &model_texts)?;
+        let links = &texts.iter().find(|(n, _)| n == "links.yaml").expect("links.yaml is always read").1;
+        let mut catalog = Catalog::from_texts(chips, links, &model_texts)?;
         for (name, path) in models {
             let bytes = read(path, "--model-config")?;
             let json = text(&bytes, path, "--model-config")?;

@@ -15,7 +15,7 @@ mod registry;
 mod sizes;
 
 pub use blis_contracts::{Fact, Rank};
-pub use catalog::{Catalog, CatalogModel, Chip, HfConfig};
+pub use catalog::{Catalog, CatalogModel, Chip, HfConfig, LinkClass, LinkKind};
 pub use data::CostData;
 pub use pricing::{Pricer, parameter_summary};
 pub use registry::{CoefficientSample, EMBEDDED_REGISTRY, Entry, Family, FitRange, Registry, Resolved};

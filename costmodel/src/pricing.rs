@@ -87,6 +87,8 @@ pub struct Pricer {
     logits: Linear,
     attention_flops_per_pair: f64,
     kv_bytes_per_token_per_layer: f64,
+    /// One KV block over all layers and GPUs, B.
+    kv_block_bytes: u64,
     all_reduce_bytes_per_token: f64,
     resident_weight_bytes: f64,
     activation_bytes_per_token: f64,
@@ -194,6 +196,9 @@ impl Pricer {
             attention_flops_per_pair: 4.0 * widths.query / t,
             kv_bytes_per_token_per_layer: kv_bytes_per_token_per_gpu(model, tp, plan.kv.dtype.bytes()) as f64
                 / f64::from(model.num_layers),
+            kv_block_bytes: kv_bytes_per_token_per_gpu(model, tp, plan.kv.dtype.bytes())
+                * u64::from(plan.kv.block_size)
+                * u64::from(tp),
             all_reduce_bytes_per_token: if tp > 1 { 2.0 * (t - 1.0) / t * h * ACTIVATION_BYTES } else { 0.0 },
             resident_weight_bytes: ((counts.total() - counts.embedding - counts.lm_head) * weight_bytes
                 + (counts.embedding + counts.lm_head + model.encoder_params as f64) * compute_bytes)
@@ -289,6 +294,11 @@ impl Pricer {
 }
 
 impl Environment for Pricer {
+    /// Blocks × (K and V of every layer, every head, every GPU): what `swap_blocks` copies.
+    fn transfer_bytes(&self, transfer: &blis_contracts::Transfer) -> u64 {
+        transfer.gpu_blocks.saturating_mul(self.kv_block_bytes)
+    }
+
     fn memory(&self, plan: &PoolPlan) -> MemoryFootprint {
         let activation_peak = f64::from(plan.max_num_batched_tokens) * self.activation_bytes_per_token
             + f64::from(plan.max_num_seqs) * self.logits_bytes_per_sequence;

@@ -7,6 +7,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use blis_engines::vllm::connector::{
+    Connector, ConnectorOutput, Direction, Job, OffloadWorker, OffloadingScheduler, TransferSpec,
+};
 use blis_engines::vllm::{
     Admission, BlockSpan, EngineRequest, KvCacheManager, KvEvent, Policy, Scheduler, SchedulerLimits,
     SchedulerOutput, Status, UpdateOutput,
@@ -17,6 +20,8 @@ struct Trace {
     name: String,
     header: Value,
     steps: Vec<Value>,
+    /// The closing line of an offloading trace: requests still held, free blocks.
+    end: Option<Value>,
 }
 
 fn traces() -> Vec<Trace> {
@@ -33,11 +38,9 @@ fn traces() -> Vec<Trace> {
             let text = std::fs::read_to_string(&path).unwrap();
             let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
             let header = lines.next().unwrap();
-            Trace {
-                name: path.file_stem().unwrap().to_string_lossy().into_owned(),
-                header,
-                steps: lines.collect(),
-            }
+            let mut steps: Vec<Value> = lines.collect();
+            let end = if steps.last().is_some_and(|l| l["kind"] == "end") { steps.pop() } else { None };
+            Trace { name: path.file_stem().unwrap().to_string_lossy().into_owned(), header, steps, end }
         })
         .collect()
 }
@@ -61,8 +64,96 @@ fn free_queue_digest(queue: &[u32]) -> String {
     format!("{hash:016x}")
 }
 
+/// The worker side of an offloading trace: vLLM's worker bookkeeping (ported) over the
+/// harness's fake handlers, which complete a job at its N-th poll and report the first load of a
+/// chosen request with one destination block invalid.
+struct FakeWorker {
+    worker: OffloadWorker,
+    stores: Vec<(u64, u32)>,
+    loads: Vec<(u64, u32, Job)>,
+    store_polls: u32,
+    load_polls: u32,
+    fail_loads: Vec<(u64, usize)>,
+    failed_once: Vec<u64>,
+}
+
+impl FakeWorker {
+    fn submit(&mut self, jobs: Vec<Job>) {
+        for job in jobs {
+            match job.direction {
+                Direction::Store => self.stores.push((job.id, self.store_polls)),
+                Direction::Load => self.loads.push((job.id, self.load_polls, job)),
+            }
+        }
+    }
+
+    /// One engine step's worker calls, in gpu_model_runner's order; the connector output.
+    fn step(&mut self, out: &SchedulerOutput) -> Option<ConnectorOutput> {
+        let meta = out.connector_meta.as_ref().expect("a connector's step has metadata");
+        if !out.preempted.is_empty() {
+            let (submitted, wait) = self.worker.handle_preemptions(&out.preempted);
+            self.submit(submitted);
+            for job in &mut self.stores {
+                if wait.contains(&job.0) {
+                    job.1 = 0;
+                }
+            }
+        }
+        let submitted = self.worker.start_kv_transfers(meta);
+        self.submit(submitted);
+        if out.total > 0 {
+            self.worker.prepare_store_kv(meta);
+        }
+        let mut done = Vec::new();
+        let mut invalid = Vec::new();
+        for job in &mut self.stores {
+            job.1 = job.1.saturating_sub(1);
+        }
+        done.extend(self.stores.iter().filter(|j| j.1 == 0).map(|j| j.0));
+        self.stores.retain(|j| j.1 > 0);
+        for job in &mut self.loads {
+            job.1 = job.1.saturating_sub(1);
+            if job.1 == 0 {
+                done.push(job.0);
+                let key = job.2.spec.key;
+                if let Some(&(_, k)) = self.fail_loads.iter().find(|(r, _)| *r == key)
+                    && !self.failed_once.contains(&key)
+                {
+                    self.failed_once.push(key);
+                    invalid.push(job.2.spec.gpu_blocks[k]);
+                }
+            }
+        }
+        self.loads.retain(|j| j.1 > 0);
+        let (sending, recving) = self.worker.get_finished(&done, &out.finished_prev);
+        invalid.sort_unstable();
+        let output = ConnectorOutput {
+            finished_sending: sending,
+            finished_recving: recving,
+            invalid_block_ids: invalid,
+        };
+        (out.total > 0 || !output.is_empty()).then_some(output)
+    }
+}
+
+fn specs_json(specs: &[TransferSpec], load: bool) -> Value {
+    json!(
+        specs
+            .iter()
+            .map(|t| if load {
+                json!([id(t.key), t.cpu_blocks, t.gpu_blocks])
+            } else {
+                json!([id(t.key), t.gpu_blocks, t.cpu_blocks])
+            })
+            .collect::<Vec<_>>()
+    )
+}
+
 struct Replay {
     scheduler: Scheduler,
+    worker: Option<FakeWorker>,
+    /// Each request's finish reason and num_cached_tokens (−1: never admitted), as it ended.
+    ended: Vec<Option<(&'static str, i64)>>,
     requests: Vec<Value>,
     delivered: Vec<u32>,
     finished_at: Vec<Option<u64>>,
@@ -92,8 +183,38 @@ impl Replay {
         );
         let requests = header["requests"].as_array().unwrap().clone();
         let n = requests.len();
+        let offload = c["kv_connector"] == "OffloadingConnector";
+        let connector = offload.then(|| {
+            Connector::Offloading(OffloadingScheduler::new(
+                u("block_size"),
+                u("offloaded_block_size"),
+                u("cpu_blocks"),
+                c["enable_prefix_caching"].as_bool().unwrap(),
+                true,
+            ))
+        });
+        let worker = offload.then(|| FakeWorker {
+            worker: OffloadWorker::new(),
+            stores: Vec::new(),
+            loads: Vec::new(),
+            store_polls: u("store_polls"),
+            load_polls: u("load_polls"),
+            fail_loads: c["fail_loads"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(r, k)| (index(&json!(r)), k.as_u64().unwrap() as usize))
+                .collect(),
+            failed_once: Vec::new(),
+        });
+        let mut scheduler = Scheduler::with_connector(limits, kv, connector);
+        if offload {
+            scheduler.set_record_kv_events(true);
+        }
         Replay {
-            scheduler: Scheduler::new(limits, kv),
+            ended: vec![None; n],
+            worker,
+            scheduler,
             requests,
             delivered: vec![0; n],
             finished_at: vec![None; n],
@@ -161,6 +282,15 @@ impl Replay {
             .collect();
         let s = &update.stats;
         let p = &s.prefix_cache;
+        let c = &s.connector_prefix_cache;
+        let connector_pc = json!([
+            c.requests,
+            c.queries,
+            c.hits,
+            c.preempted_requests,
+            c.preempted_queries,
+            c.preempted_hits
+        ]);
         let events: Vec<Value> = update
             .kv_events
             .iter()
@@ -184,6 +314,13 @@ impl Replay {
             "free_blocks": self.scheduler.kv().pool().num_free(),
             "free_q": free_queue_digest(&self.scheduler.kv().pool().free_queue()),
             "kv_events": events,
+            "cpu_events": update.connector_events.iter().map(|e| {
+                let mut hashes: Vec<String> = e.hashes.iter().map(|h| format!("{h:016x}")).collect();
+                hashes.sort();
+                json!([if e.stored { "S" } else { "R" }, hashes])
+            }).collect::<Vec<_>>(),
+            "connector_pc": connector_pc,
+            "cached_tokens": update.finished.iter().map(|f| json!([id(f.key), f.num_cached_tokens])).collect::<Vec<_>>(),
         })
     }
 }
@@ -249,10 +386,13 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                     Some(Status::Waiting) => "waiting",
                     Some(Status::Running) => "running",
                     Some(Status::Preempted) => "preempted",
-                    None => "finished",
+                    Some(Status::WaitingForRemoteKvs) => "waiting_for_remote_kvs",
+                    Some(Status::Finished) | None => "finished",
                 };
-                if r.scheduler.abort(i as u64).is_some() {
+                if let Some(f) = r.scheduler.abort(i as u64) {
                     r.finished_at[i].get_or_insert(step);
+                    r.ended[i] =
+                        Some(("abort", if f.admitted { i64::from(f.num_cached_tokens) } else { -1 }));
                 }
                 aborted.push(json!([id(i as u64), state]));
             }
@@ -269,6 +409,16 @@ fn replay(trace: &Trace) -> Result<usize, String> {
             for field in fields {
                 if got[field] != line[field] {
                     return Err(format!("step {step}: {field}: port {} vs vLLM {}", got[field], line[field]));
+                }
+            }
+            if r.worker.is_some() {
+                let meta = out.connector_meta.as_ref().unwrap();
+                for (field, got) in
+                    [("loads", specs_json(&meta.loads, true)), ("stores", specs_json(&meta.stores, false))]
+                {
+                    if got != line[field] {
+                        return Err(format!("step {step}: {field}: port {got} vs vLLM {}", line[field]));
+                    }
                 }
             }
             let total = out.total;
@@ -288,13 +438,39 @@ fn replay(trace: &Trace) -> Result<usize, String> {
             (None, true) => {}
             (Some((of_step, batch)), false) => {
                 let mut update = UpdateOutput::default();
-                r.scheduler.update_from_output(&batch, step, &mut update);
+                // The worker runs each batch's execute_model just before its update, in batch order.
+                let output = r.worker.as_mut().and_then(|w| w.step(&batch));
+                if r.worker.is_some() {
+                    let got = output.as_ref().map(|o| {
+                        json!([
+                            o.finished_sending.iter().map(|k| id(*k)).collect::<Vec<_>>(),
+                            o.finished_recving.iter().map(|k| id(*k)).collect::<Vec<_>>(),
+                            o.invalid_block_ids
+                        ])
+                    });
+                    if json!(got) != line["xfer"] {
+                        return Err(format!(
+                            "step {step}: xfer: port {} vs vLLM {}",
+                            json!(got),
+                            line["xfer"]
+                        ));
+                    }
+                }
+                r.scheduler.update_from_output_with(&batch, step, output.as_ref(), &mut update);
                 for f in &update.finished {
                     r.finished_at[f.key as usize] = Some(step);
+                    r.ended[f.key as usize] = Some(("length", i64::from(f.num_cached_tokens)));
                 }
                 let got = r.update_json(of_step, &update);
                 let expected = expected_update(&line["update"]);
-                for field in ["of_step", "tokens", "finished", "stats", "free_blocks", "free_q", "kv_events"]
+                let offload_fields: &[&str] = if r.worker.is_some() {
+                    &["cpu_events", "connector_pc", "cached_tokens"]
+                } else {
+                    &["cached_tokens"]
+                };
+                for &field in ["of_step", "tokens", "finished", "stats", "free_blocks", "free_q", "kv_events"]
+                    .iter()
+                    .chain(offload_fields)
                 {
                     if got[field] != expected[field] {
                         return Err(format!(
@@ -315,6 +491,33 @@ fn replay(trace: &Trace) -> Result<usize, String> {
     }
     // A trace of an upstream livelock stops with its requests still there; every other trace
     // ends with all of them finished.
+    if let Some(end) = &trace.end {
+        let requests: Vec<Value> = (0..n)
+            .map(|i| match r.ended[i] {
+                Some((reason, cached)) => json!([id(i as u64), reason, cached]),
+                None if r.added[i] => {
+                    json!([id(i as u64), null, r.scheduler.num_cached_tokens(i as u64).map_or(-1, i64::from)])
+                }
+                None => json!([id(i as u64), null, null]),
+            })
+            .collect();
+        if json!(requests) != end["requests"] {
+            return Err(format!("end: requests: port {} vs vLLM {}", json!(requests), end["requests"]));
+        }
+    }
+    if let Some(end) = trace.end.as_ref().filter(|e| e.get("held").is_some()) {
+        let mut held: Vec<u64> =
+            r.scheduler.held().map(|(k, _)| k).chain(r.scheduler.held_by_connector()).collect();
+        held.sort_unstable();
+        let held: Vec<Value> = held.into_iter().map(|k| json!(id(k))).collect();
+        let got = json!({"held": held, "free_blocks": r.scheduler.kv().pool().num_free(),
+            "cpu_blocks_present": r.scheduler.connector().and_then(|c| c.offloading()).map_or(0, |o| o.manager().len())});
+        for field in ["held", "free_blocks", "cpu_blocks_present"] {
+            if got[field] != end[field] {
+                return Err(format!("end: {field}: port {} vs vLLM {}", got[field], end[field]));
+            }
+        }
+    }
     let livelock = trace.header.get("stop_after_steps").is_some();
     if r.scheduler.has_unfinished() != livelock {
         return Err(format!(
@@ -329,6 +532,8 @@ fn replay(trace: &Trace) -> Result<usize, String> {
 fn every_recorded_step_of_vllm_0_15_1_is_matched() {
     let traces = traces();
     assert!(traces.len() >= 40, "at least 20 workloads × sync/async: found {}", traces.len());
+    let offload = traces.iter().filter(|t| t.name.starts_with("offload-")).count();
+    assert!(offload >= 8, "at least 8 offloading workloads: found {offload}");
     let mut failures = Vec::new();
     let mut steps = 0;
     for trace in &traces {

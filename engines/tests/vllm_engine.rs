@@ -43,6 +43,10 @@ struct Flat {
 }
 
 impl Environment for Flat {
+    fn transfer_bytes(&self, transfer: &blis_contracts::Transfer) -> u64 {
+        transfer.gpu_blocks
+    }
+
     fn memory(&self, _plan: &PoolPlan) -> MemoryFootprint {
         MemoryFootprint {
             gpu_capacity_bytes: self.capacity_bytes,

@@ -29,7 +29,9 @@ fn modelled_arguments_are_read_and_refused_ones_are_named_with_their_reason() {
     for &(name, treatment) in ARGUMENTS {
         let result = parse(&format!("{{{name}: ~}}"));
         match treatment {
-            Treatment::Modelled => assert!(result.is_ok(), "{name}: {:?}", result.err()),
+            Treatment::Modelled | Treatment::Limited { .. } => {
+                assert!(result.is_ok(), "{name}: {:?}", result.err())
+            }
             Treatment::Inert { sample, .. } => {
                 let parsed =
                     parse(&format!("{{{name}: {sample}}}")).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -57,6 +59,8 @@ fn render() -> String {
          (`engine_args_0.15.1.txt`), in its order, is one of:\n\n\
          - **modelled**: read and simulated; defaults resolve as `vllm serve` resolves them\n  \
          (`args.rs`, tested in `vllm_engine.rs` and `actors/tests/bad_input.rs`);\n\
+         - **modelled in part**: modelled at the values named; any other value is refused with the\n  \
+         field's path, the value and the reason;\n\
          - **inert**: accepted and ignored because it cannot change a simulated result;\n  \
          `actors/tests/inert_arguments.rs` sets each to the sample value shown and checks that the\n  \
          result and calls are byte-identical to a run without it;\n\
@@ -78,6 +82,7 @@ fn render() -> String {
     for &(name, treatment) in ARGUMENTS {
         let (kind, detail) = match treatment {
             Treatment::Modelled => ("modelled", String::new()),
+            Treatment::Limited { why } => ("modelled in part", why.to_owned()),
             Treatment::Inert { why, sample } => ("inert", format!("{why} (sample `{sample}`)")),
             Treatment::Refused { why } => ("refused", why.to_owned()),
         };

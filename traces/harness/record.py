@@ -590,8 +590,15 @@ class Trace:
             "free_blocks": self.num_free(),
             "free_q": self.free_queue_digest(),
             "kv_events": self.encode_events(new_batches),
+            "cached_tokens": [[rid, self.objs[rid].num_cached_tokens] for rid, _ in finished],
         }
         return upd
+
+    def end_line(self):
+        """Each request's finish reason and num_cached_tokens (-1: never admitted), by index."""
+        return {"kind": "end", "requests": [
+            [rid, self.finished.get(rid), self.objs[rid].num_cached_tokens if rid in self.objs else None]
+            for rid in self.ids]}
 
     # ----- main loop ----------------------------------------------------------
     def run(self):
@@ -678,6 +685,7 @@ class Trace:
             assert sched.has_requests(), "the workload finished before stop_after_steps"
             assert not self.finished, "a request finished"
             self.stats["steps"] = step
+            self.lines.append(self.end_line())
             return self.lines
         # Final checks: every request finished, outputs follow the rule
         assert not children, children
@@ -694,6 +702,7 @@ class Trace:
         assert not sched.requests and not sched.running and len(sched.waiting) == 0
         assert self.num_free() == self.c["num_gpu_blocks"] - 1
         self.stats["steps"] = step
+        self.lines.append(self.end_line())
         return self.lines
 
 

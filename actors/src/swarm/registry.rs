@@ -142,6 +142,26 @@ pub const INVARIANTS: &[Invariant] = &[
             "bin/tests/reliability.rs::rates_and_counts_whose_run_would_never_end_are_refused",
         ],
     },
+    Invariant {
+        id: "I12",
+        name: "CPU KV tier conservation",
+        rule: "An offloading instance's CPU blocks are free or present (free + present = capacity, ids distinct); the blocks not ready are exactly those some request is storing, and each ready block's loads in flight are the requests loading it; once every transfer is reported no GPU or CPU block is left held, pinned or not ready, whatever was aborted.",
+        check: "`OffloadingScheduler::check`, through `Scheduler::check_invariants`, after every engine transition",
+        tests: &[
+            "engines/tests/offload_properties.rs::kv_blocks_are_conserved_on_both_tiers_and_none_leak_under_random_aborts",
+            "engines/tests/oracle.rs::every_recorded_step_of_vllm_0_15_1_is_matched",
+        ],
+    },
+    Invariant {
+        id: "I13",
+        name: "fabric capacity and bytes",
+        rule: "No fabric link ever carries more than its capacity; every transfer's bytes drain at its max-min fair rate and arrive whole, never faster than its slowest link alone allows.",
+        check: "`FabricActor::check`, after every fabric transition",
+        tests: &[
+            "actors/tests/fabric.rs::bytes_are_conserved_and_no_link_is_ever_over_capacity",
+            "actors/tests/fabric.rs::a_transfer_starting_midway_slows_the_first_exactly_as_max_min_says",
+        ],
+    },
 ];
 
 /// `docs/INVARIANTS.md`, generated from [`INVARIANTS`].

@@ -5,16 +5,19 @@
 
 mod chip;
 pub mod hf;
+mod link;
 mod model;
 
 pub use chip::Chip;
 pub use hf::HfConfig;
+pub use link::{LinkClass, LinkKind};
 pub use model::CatalogModel;
 
 use blis_contracts::{FieldError, yaml};
 use serde::Deserialize;
 
 const CHIPS: &str = include_str!("../../data/chips.yaml");
+const LINKS: &str = include_str!("../../data/links.yaml");
 const MODELS: &[(&str, &str)] = &[
     ("deepseek-v3.yaml", include_str!("../../data/models/deepseek-v3.yaml")),
     ("llama-2-70b.yaml", include_str!("../../data/models/llama-2-70b.yaml")),
@@ -32,6 +35,7 @@ const MODELS: &[(&str, &str)] = &[
 #[derive(Clone, Debug)]
 pub struct Catalog {
     chips: Vec<Chip>,
+    links: Vec<LinkKind>,
     models: Vec<CatalogModel>,
 }
 
@@ -41,9 +45,16 @@ struct ChipFile {
     chips: Vec<Chip>,
 }
 
-/// The embedded catalog's files, named as in `costmodel/data` (`chips.yaml`, `models/…`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkFile {
+    links: Vec<LinkKind>,
+}
+
+/// The embedded catalog's files, named as in `costmodel/data` (`chips.yaml`, `links.yaml`,
+/// `models/…`).
 pub(crate) fn embedded_files() -> Vec<(String, &'static str)> {
-    let mut files = vec![("chips.yaml".to_owned(), CHIPS)];
+    let mut files = vec![("chips.yaml".to_owned(), CHIPS), ("links.yaml".to_owned(), LINKS)];
     files.extend(MODELS.iter().map(|(name, text)| (format!("models/{name}"), *text)));
     files
 }
@@ -51,14 +62,27 @@ pub(crate) fn embedded_files() -> Vec<(String, &'static str)> {
 impl Catalog {
     /// The catalog compiled into this binary.
     pub fn embedded() -> Catalog {
-        Catalog::from_texts(CHIPS, MODELS).expect("the embedded catalog is valid (checked by its tests)")
+        Catalog::from_texts(CHIPS, LINKS, MODELS)
+            .expect("the embedded catalog is valid (checked by its tests)")
     }
 
-    /// A catalog from a chips file and named model files; refusals name the file and field.
-    pub fn from_texts(chips: &str, models: &[(&str, &str)]) -> Result<Catalog, FieldError> {
+    /// A catalog from a chips file, a links file and named model files; refusals name the file
+    /// and field.
+    pub fn from_texts(chips: &str, links: &str, models: &[(&str, &str)]) -> Result<Catalog, FieldError> {
         let chips = yaml::from_str::<ChipFile>(chips).map_err(|e| e.within("chips.yaml"))?.chips;
         for (i, chip) in chips.iter().enumerate() {
             chip.validate().map_err(|e| e.within(&format!("chips.yaml.chips[{i}]")))?;
+        }
+        let links = yaml::from_str::<LinkFile>(links).map_err(|e| e.within("links.yaml"))?.links;
+        for (i, link) in links.iter().enumerate() {
+            link.validate().map_err(|e| e.within(&format!("links.yaml.links[{i}]")))?;
+            if links[..i].iter().any(|l| l.name == link.name) {
+                return Err(FieldError::new(
+                    format!("links.yaml.links[{i}].name"),
+                    &link.name,
+                    "listed twice",
+                ));
+            }
         }
         let mut loaded = Vec::with_capacity(models.len());
         for (file, text) in models {
@@ -78,7 +102,7 @@ impl Catalog {
                 return Err(FieldError::new(models[i].0, &model.architecture.name, "model listed twice"));
             }
         }
-        Ok(Catalog { chips, models: loaded })
+        Ok(Catalog { chips, links, models: loaded })
     }
 
     /// Add a model named `name` from a Hugging Face `config.json` text found at `source`.
@@ -101,6 +125,36 @@ impl Catalog {
     /// Every chip, in catalog order.
     pub fn chips(&self) -> &[Chip] {
         &self.chips
+    }
+
+    /// Every link kind, in catalog order.
+    pub fn links(&self) -> &[LinkKind] {
+        &self.links
+    }
+
+    /// The link kind called `name` of class `class`, asked for at `path`.
+    pub fn link(&self, name: &str, class: LinkClass, path: &str) -> Result<&LinkKind, FieldError> {
+        let known: Vec<&str> =
+            self.links.iter().filter(|l| l.class == class).map(|l| l.name.as_str()).collect();
+        match self.links.iter().find(|l| l.name == name) {
+            Some(link) if link.class == class => Ok(link),
+            Some(link) => Err(FieldError::new(
+                path,
+                name,
+                format!(
+                    "a {} link kind, not {} (known {} kinds: {})",
+                    link.class.as_str(),
+                    class.as_str(),
+                    class.as_str(),
+                    known.join(", ")
+                ),
+            )),
+            None => Err(FieldError::new(
+                path,
+                name,
+                format!("not in the catalog (known {} link kinds: {})", class.as_str(), known.join(", ")),
+            )),
+        }
     }
 
     /// Every model, in catalog order.
@@ -151,7 +205,28 @@ mod tests {
 
     #[test]
     fn duplicate_entries_are_refused() {
-        let e = Catalog::from_texts(CHIPS, &[MODELS[0], MODELS[0]]).unwrap_err();
+        let e = Catalog::from_texts(CHIPS, LINKS, &[MODELS[0], MODELS[0]]).unwrap_err();
         assert!(e.cause.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn link_kinds_are_found_by_class_and_refused_by_name() {
+        let catalog = Catalog::embedded();
+        let pcie = catalog.link("pcie-gen5-x16", LinkClass::Pcie, "x").unwrap();
+        assert_eq!(pcie.bandwidth.value, 64.0e9);
+        let host = catalog.link("dgx-h100-ddr5", LinkClass::HostMemory, "x").unwrap();
+        assert_eq!(host.capacity.as_ref().unwrap().value, 2.0e12);
+        let e = catalog.link("pcie-gen7", LinkClass::Pcie, "cluster.fabric.gpu_host").unwrap_err();
+        assert_eq!((e.path.as_str(), e.value.as_deref()), ("cluster.fabric.gpu_host", Some("pcie-gen7")));
+        assert!(e.cause.contains("pcie-gen4-x16"), "{e}");
+        let e = catalog.link("nvlink-4", LinkClass::Pcie, "cluster.fabric.gpu_host").unwrap_err();
+        assert!(e.cause.contains("a gpu_gpu link kind"), "{e}");
+    }
+
+    #[test]
+    fn host_memory_without_capacity_is_refused() {
+        let links = "links:\n  - name: m\n    class: host_memory\n    bandwidth: {value: 1.0e9, unit: B/s, rank: assumed, source: s}\n";
+        let e = Catalog::from_texts(CHIPS, links, MODELS).unwrap_err();
+        assert_eq!(e.path, "links.yaml.links[0].capacity");
     }
 }

@@ -9,6 +9,7 @@ use blis_contracts::yaml::{self, YamlValue};
 use blis_contracts::{FieldError, ModelArchitecture};
 use serde::{Deserialize, Serialize};
 
+use super::connector::{KvTransferConfig, OffloadConfig};
 use super::fields::{Treatment, treatment};
 
 /// The vLLM release this build models.
@@ -62,6 +63,20 @@ pub struct VllmArgs {
     pub kv_cache_memory_bytes: Option<u64>,
     /// Hash function of prefix-cache blocks.
     pub prefix_caching_hash_algo: Option<String>,
+    /// The KV connector (vLLM's `--kv-transfer-config`).
+    pub kv_transfer_config: Option<KvTransferConfig>,
+    /// CPU KV tier size in GiB, the shorthand for the offloading connector.
+    pub kv_offloading_size: Option<f64>,
+    /// `native` (the offloading connector) or `lmcache`.
+    pub kv_offloading_backend: Option<String>,
+    /// Whether `kv_events_config` was given (an inert argument that still turns the hybrid
+    /// KV-cache manager off).
+    #[serde(skip)]
+    pub kv_events_config_given: bool,
+    /// `disable_hybrid_kv_cache_manager` as given (inert otherwise; it decides whether a
+    /// connector is accepted).
+    #[serde(skip)]
+    pub disable_hybrid_kv_cache_manager: Option<bool>,
 }
 
 /// A resolved vLLM configuration: every value the simulation uses.
@@ -105,6 +120,9 @@ pub struct VllmConfig {
     pub kv_cache_dtype: String,
     /// Weight quantization applied at load, if any.
     pub quantization: Option<String>,
+    /// The offloading connector's settings, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadConfig>,
 }
 
 /// What vLLM's defaults depend on about the device.
@@ -135,12 +153,21 @@ impl VllmArgs {
                         ));
                     }
                     Some(Treatment::Inert { .. }) => inert.push(key.clone()),
-                    Some(Treatment::Modelled) | None => {}
+                    Some(Treatment::Modelled | Treatment::Limited { .. }) | None => {}
                 }
             }
+            let kv_events_config_given = mapping.get("kv_events_config").is_some_and(|v| !v.is_null());
+            let disable_hybrid = mapping.get("disable_hybrid_kv_cache_manager").and_then(|v| v.as_bool());
             for key in inert {
                 mapping.remove(&key);
             }
+            let mut args: VllmArgs = yaml::from_value(&modelled, path)?;
+            // Read only with a connector: alone, both stay inert.
+            if args.kv_transfer_config.is_some() || args.kv_offloading_size.is_some() {
+                args.kv_events_config_given = kv_events_config_given;
+                args.disable_hybrid_kv_cache_manager = disable_hybrid;
+            }
+            return Ok(args);
         }
         yaml::from_value(&modelled, path)
     }
@@ -313,6 +340,16 @@ impl VllmArgs {
         if let Some(0) = self.kv_cache_memory_bytes {
             return Err(FieldError::new(at("kv_cache_memory_bytes"), 0, "must be at least one block"));
         }
+        let offload = KvTransferConfig::resolve(
+            self.kv_transfer_config.as_ref(),
+            self.kv_offloading_size,
+            self.kv_offloading_backend.as_deref(),
+            block_size,
+            self.kv_events_config_given,
+            self.disable_hybrid_kv_cache_manager,
+            path,
+        )?
+        .map(|(_, config)| config);
         let enforce_eager = self.enforce_eager.unwrap_or(false);
         let cudagraph_capture_sizes = if enforce_eager {
             Vec::new()
@@ -339,6 +376,7 @@ impl VllmArgs {
             scheduling_policy: policy,
             kv_cache_dtype,
             quantization: self.quantization.clone(),
+            offload,
         })
     }
 }

@@ -7,12 +7,13 @@
 //! asynchronously up to two are in flight, so a batch is scheduled before the previous one's
 //! outputs are known.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use std::fmt;
 
-use blis_contracts::{Environment, StepGraph, StepPrice, StepRequest, StepShape};
+use blis_contracts::{Environment, StepGraph, StepPrice, StepRequest, StepShape, Transfer};
 
+use super::connector::{Connector, ConnectorOutput, Job, OffloadWorker, OffloadingScheduler, cpu_blocks};
 use super::kv_cache_manager::KvCacheManager;
 use super::metrics::{CacheConfigInfo, MetricsSnapshot};
 use super::plan::VllmPlan;
@@ -91,8 +92,50 @@ impl fmt::Display for Stall {
     }
 }
 
+/// The offloading connector's worker side in an instance: its job books, the copy jobs submitted
+/// and not yet handed to the host, those done and not yet polled, and those a preemption waits
+/// for.
+struct OffloadSide {
+    worker: OffloadWorker,
+    submitted: Vec<Job>,
+    done: Vec<u64>,
+    wait_for: BTreeSet<u64>,
+    /// Jobs and bytes handed out, stores then loads.
+    stores: (u64, u64),
+    loads: (u64, u64),
+}
+
+impl OffloadSide {
+    /// The worker at the top of a batch's execute_model: a preemption submits the pending
+    /// stores and waits for the preempted requests' ones; then the pending stores and the
+    /// batch's loads are submitted.
+    fn start_batch(&mut self, batch: &SchedulerOutput) {
+        if !batch.preempted.is_empty() {
+            let (submitted, wait) = self.worker.handle_preemptions(&batch.preempted);
+            self.submitted.extend(submitted);
+            let done = &self.done;
+            self.wait_for.extend(wait.into_iter().filter(|j| !done.contains(j)));
+        }
+        let meta = batch.connector_meta.as_ref().expect("a connector's step has metadata");
+        let submitted = self.worker.start_kv_transfers(meta);
+        self.submitted.extend(submitted);
+    }
+}
+
+/// A copy job the host hands to the fabric: its id, its direction and its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyJob {
+    /// The job's id (reported back with [`VllmEngine::job_done`]).
+    pub id: u64,
+    /// GPU → CPU (a store) or CPU → GPU (a load).
+    pub store: bool,
+    /// Bytes over all the instance's GPUs, as the cost model counts them.
+    pub bytes: u64,
+}
+
 /// A vLLM instance as a plain state machine.
 pub struct VllmEngine {
+    offload: Option<OffloadSide>,
     plan: VllmPlan,
     scheduler: Scheduler,
     environment: Box<dyn Environment>,
@@ -137,8 +180,29 @@ impl VllmEngine {
             cache_dtype: config.kv_cache_dtype.clone(),
             gpu_memory_utilization: config.gpu_memory_utilization,
         });
+        let connector = config.offload.map(|o| {
+            let factor = o.block_size / config.block_size;
+            let per_gpu_block = environment.transfer_bytes(&Transfer { gpu_blocks: 1 });
+            let blocks = cpu_blocks(o.cpu_bytes_to_use, per_gpu_block, factor);
+            Connector::Offloading(OffloadingScheduler::new(
+                config.block_size,
+                o.block_size,
+                u32::try_from(blocks).unwrap_or(u32::MAX),
+                config.enable_prefix_caching,
+                false,
+            ))
+        });
+        let offload = connector.as_ref().map(|_| OffloadSide {
+            worker: OffloadWorker::new(),
+            submitted: Vec::new(),
+            done: Vec::new(),
+            wait_for: BTreeSet::new(),
+            stores: (0, 0),
+            loads: (0, 0),
+        });
         VllmEngine {
-            scheduler: Scheduler::new(limits, kv),
+            offload,
+            scheduler: Scheduler::with_connector(limits, kv, connector),
             plan,
             environment,
             in_flight: VecDeque::new(),
@@ -245,6 +309,8 @@ impl VllmEngine {
             && output.preempted.is_empty()
             && self.in_flight.is_empty()
             && self.scheduler.has_requests()
+            && !self.transfers_pending()
+            && self.scheduler.waiting_holding_blocks() == 0
         {
             self.stall.get_or_insert(Stall::Deadlock {
                 waiting: self.scheduler.num_waiting(),
@@ -252,6 +318,13 @@ impl VllmEngine {
             });
         }
         self.preemptions_without_token += output.preempted.len() as u64;
+        // The worker runs batches one after another: a batch's execute_model starts once the
+        // previous one's has ended (under asynchronous scheduling, when that batch completes).
+        if self.in_flight.is_empty()
+            && let Some(side) = &mut self.offload
+        {
+            side.start_batch(&output);
+        }
         self.in_flight.push_back(output);
         self.pad_to_graph();
         let price = if self.shape.requests.is_empty() {
@@ -283,7 +356,23 @@ impl VllmEngine {
     /// readable through [`VllmEngine::last_update`] until the next completion.
     pub fn complete_oldest(&mut self, now_us: u64, finished: &mut Vec<FinishedRequest>) {
         let Some(batch) = self.in_flight.pop_front() else { return };
-        self.scheduler.update_from_output(&batch, now_us, &mut self.update);
+        let output = self.offload.as_mut().and_then(|side| {
+            // After the forward: this step's stores are queued for the next; then the poll.
+            let meta = batch.connector_meta.as_ref().expect("a connector's step has metadata");
+            if batch.total > 0 {
+                side.worker.prepare_store_kv(meta);
+            }
+            let done = std::mem::take(&mut side.done);
+            let (finished_sending, finished_recving) = side.worker.get_finished(&done, &batch.finished_prev);
+            let output =
+                ConnectorOutput { finished_sending, finished_recving, invalid_block_ids: Vec::new() };
+            // A zero-token step drops an empty output (kv_connector_no_forward).
+            (batch.total > 0 || !output.is_empty()).then_some(output)
+        });
+        self.scheduler.update_from_output_with(&batch, now_us, output.as_ref(), &mut self.update);
+        if let (Some(side), Some(next)) = (&mut self.offload, self.in_flight.front()) {
+            side.start_batch(next);
+        }
         if self.update.tokens.iter().any(|(_, token)| token.is_some()) || !self.scheduler.has_requests() {
             self.steps_without_token = 0;
             self.preemptions_without_token = 0;
@@ -300,6 +389,77 @@ impl VllmEngine {
         finished.append(&mut self.update.finished);
         self.metrics.record(&self.update.stats, self.scheduler.counters().preemptions);
         self.spare.push(batch);
+    }
+
+    /// Copy jobs submitted since the last call, for the host to carry, with their bytes.
+    pub fn take_copy_jobs(&mut self) -> Vec<CopyJob> {
+        let Some(side) = &mut self.offload else { return Vec::new() };
+        let environment = &self.environment;
+        let jobs: Vec<CopyJob> = side
+            .submitted
+            .drain(..)
+            .map(|job| CopyJob {
+                id: job.id,
+                store: job.direction == super::connector::Direction::Store,
+                bytes: environment.transfer_bytes(&Transfer { gpu_blocks: job.spec.gpu_blocks.len() as u64 }),
+            })
+            .collect();
+        for job in &jobs {
+            let count = if job.store { &mut side.stores } else { &mut side.loads };
+            count.0 += 1;
+            count.1 += job.bytes;
+        }
+        jobs
+    }
+
+    /// A copy job finished (its bytes arrived); the worker sees it at its next poll.
+    pub fn job_done(&mut self, id: u64) {
+        if let Some(side) = &mut self.offload {
+            side.done.push(id);
+            side.wait_for.remove(&id);
+        }
+    }
+
+    /// Whether the step just scheduled must wait for store jobs of requests it preempted
+    /// (`handle_preemptions` blocks until they are done) before it can run.
+    pub fn waiting_for_jobs(&self) -> bool {
+        self.offload.as_ref().is_some_and(|side| !side.wait_for.is_empty())
+    }
+
+    /// What the CPU tier did so far, when the instance offloads.
+    pub fn offload_record(&self) -> Option<blis_contracts::OffloadRecord> {
+        let side = self.offload.as_ref()?;
+        let tier = self.scheduler.connector().and_then(|c| c.offloading())?;
+        let (stored, evicted) = tier.manager().totals();
+        Some(blis_contracts::OffloadRecord {
+            cpu_blocks: u64::from(tier.manager().num_blocks()),
+            external_prefix_cache_queries: self.metrics.external_prefix_cache_queries,
+            external_prefix_cache_hits: self.metrics.external_prefix_cache_hits,
+            cpu_blocks_stored: stored,
+            cpu_blocks_evicted: evicted,
+            store_jobs: side.stores.0,
+            store_bytes: side.stores.1,
+            load_jobs: side.loads.0,
+            load_bytes: side.loads.1,
+            refused_stores: tier.cannot_store(),
+        })
+    }
+
+    /// Whether the instance has an offloading connector.
+    pub fn offloads(&self) -> bool {
+        self.offload.is_some()
+    }
+
+    /// Whether transfers are in flight or finished requests still hold blocks (an idle vLLM
+    /// stops polling and notices neither until new work arrives).
+    pub fn transfers_pending(&self) -> bool {
+        self.offload.as_ref().is_some_and(|side| side.worker.jobs_in_flight() > 0 || !side.done.is_empty())
+            || self.scheduler.num_held() > 0
+    }
+
+    /// Whether requests wait or run (vLLM's `has_unfinished_requests`).
+    pub fn has_unfinished(&self) -> bool {
+        self.scheduler.has_unfinished()
     }
 
     /// The instance's `/metrics` after its latest update.

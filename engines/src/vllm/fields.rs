@@ -17,6 +17,11 @@ pub enum Treatment {
         /// A non-default value, as YAML.
         sample: &'static str,
     },
+    /// Read and simulated at some values only; any other value is refused with `why`.
+    Limited {
+        /// Which values are modelled and why the others are not.
+        why: &'static str,
+    },
     /// Refused when set: the port does not model what it changes.
     Refused {
         /// What is not modelled.
@@ -24,7 +29,7 @@ pub enum Treatment {
     },
 }
 
-use Treatment::{Inert, Modelled, Refused};
+use Treatment::{Inert, Limited, Modelled, Refused};
 
 const PARALLEL: &str = "this parallelism is not modelled yet (tensor parallelism is)";
 const MULTIMODAL: &str = "multimodal inputs are not modelled";
@@ -63,7 +68,12 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
         "distributed_executor_backend",
         Refused { why: "executor backends (ray) change async scheduling and are not modelled" },
     ),
-    ("pipeline_parallel_size", Modelled),
+    (
+        "pipeline_parallel_size",
+        Limited {
+            why: "only 1 is accepted; pipeline parallelism is not modelled yet, so any other value is refused",
+        },
+    ),
     ("master_addr", Inert { why: NETWORK, sample: "10.0.0.1" }),
     ("master_port", Inert { why: NETWORK, sample: "29600" }),
     ("nnodes", Refused { why: "multi-node instances are not modelled" }),
@@ -192,10 +202,22 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("worker_cls", Refused { why: "custom workers are not modelled" }),
     ("worker_extension_cls", Refused { why: "custom workers are not modelled" }),
     ("profiler_config", Inert { why: LOGGING, sample: "{}" }),
-    ("kv_transfer_config", Refused { why: "KV transfer (P/D disaggregation) is not modelled yet" }),
+    (
+        "kv_transfer_config",
+        Limited {
+            why: "OffloadingConnector (lru, CPUOffloadingSpec) is modelled; every other connector (NixlConnector, \
+                  P2pNcclConnector, LMCacheConnectorV1, LMCacheMPConnector, MultiConnector, MoRIIOConnector, \
+                  DecodeBenchConnector, MooncakeConnector, ExampleConnector, a kv_connector_module_path) is refused \
+                  by name, and eviction_policy arc with 0.15.1's own failure",
+        },
+    ),
     (
         "kv_events_config",
-        Inert { why: "the transport of KV events only; the port always produces them", sample: "{}" },
+        Inert {
+            why: "the transport of KV events only; the port always produces them (its presence also turns the \
+                  hybrid KV-cache manager off, which decides whether kv_offloading_size alone is accepted)",
+            sample: "{}",
+        },
     ),
     ("ec_transfer_config", Refused { why: "encoder-cache transfer is not modelled" }),
     (
@@ -226,8 +248,11 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ),
     ("kv_sharing_fast_prefill", Refused { why: "KV sharing across layers is not modelled" }),
     ("optimization_level", Refused { why: "compilation levels are not told apart by the cost model" }),
-    ("kv_offloading_size", Refused { why: "KV offloading to CPU is not modelled yet" }),
-    ("kv_offloading_backend", Refused { why: "KV offloading to CPU is not modelled yet" }),
+    ("kv_offloading_size", Modelled),
+    (
+        "kv_offloading_backend",
+        Limited { why: "native (OffloadingConnector) is modelled; lmcache (LMCacheConnectorV1) is refused" },
+    ),
     ("tokens_only", Refused { why: "the token-only API mode is not modelled" }),
 ];
 

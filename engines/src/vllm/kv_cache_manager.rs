@@ -110,19 +110,23 @@ impl KvCacheManager {
         hit_tokens
     }
 
-    /// Give `request` slots for `num_new` more tokens after its computed tokens and `hits`
-    /// (blocks found by [`KvCacheManager::get_computed_blocks`], `hit_tokens` tokens); the
-    /// blocks newly taken from the free queue go to `new_blocks`. `false`, with nothing
+    /// Give `request` slots for `num_new` more tokens after its computed tokens, `hits`
+    /// (blocks found by [`KvCacheManager::get_computed_blocks`], `hit_tokens` tokens) and
+    /// `external` tokens a connector supplies (fresh blocks, hashed now unless `delay_cache`);
+    /// the blocks newly taken from the free queue go to `new_blocks`. `false`, with nothing
     /// changed, when too few blocks are free.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn allocate_slots(
         &mut self,
         request: &mut Request,
         num_new: u32,
         hit_tokens: u32,
         hits: &[BlockId],
+        external: u32,
+        delay_cache: bool,
         new_blocks: &mut Vec<BlockId>,
     ) -> bool {
-        let total_computed = (request.num_computed_tokens + hit_tokens).min(self.max_model_len);
+        let total_computed = (request.num_computed_tokens + hit_tokens + external).min(self.max_model_len);
         let need = (total_computed + num_new).min(self.max_model_len);
         let required = need.div_ceil(self.block_size) as usize;
         let held = request.blocks.len();
@@ -149,7 +153,7 @@ impl KvCacheManager {
         let start = new_blocks.len();
         self.pool.get_new_blocks(missing, new_blocks);
         request.blocks.extend_from_slice(&new_blocks[start..]);
-        if self.pool.caching() {
+        if self.pool.caching() && !delay_cache {
             let cache_to = (total_computed + num_new).min(request.num_tokens());
             self.cache_blocks(request, cache_to);
         }
@@ -182,6 +186,17 @@ impl KvCacheManager {
             full,
         );
         request.num_cached_blocks = Some(full);
+    }
+
+    /// Extend `request`'s SHA-256 block hashes over all its full blocks (for the connector's KV
+    /// events).
+    pub(crate) fn hash_all_blocks(&mut self, request: &mut Request) {
+        extend_hashes(
+            &mut request.block_hashes,
+            &request.tokens,
+            self.block_size as usize,
+            &mut self.scratch,
+        );
     }
 
     /// Return a request's blocks to the pool, last block first.

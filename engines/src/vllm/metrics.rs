@@ -36,6 +36,11 @@ pub struct MetricsSnapshot {
     pub prefix_cache_hits: u64,
     /// `vllm:num_preemptions` (a counter).
     pub num_preemptions: u64,
+    /// `vllm:external_prefix_cache_queries` (a counter of prompt tokens a connector looked up at
+    /// admission, requests never preempted).
+    pub external_prefix_cache_queries: u64,
+    /// `vllm:external_prefix_cache_hits` (those its connector supplied).
+    pub external_prefix_cache_hits: u64,
     /// `vllm:cache_config_info`.
     pub cache_config: CacheConfigInfo,
 }
@@ -50,6 +55,8 @@ impl MetricsSnapshot {
             prefix_cache_queries: 0,
             prefix_cache_hits: 0,
             num_preemptions: 0,
+            external_prefix_cache_queries: 0,
+            external_prefix_cache_hits: 0,
             cache_config,
         }
     }
@@ -62,6 +69,8 @@ impl MetricsSnapshot {
         self.prefix_cache_queries += stats.prefix_cache.queries;
         self.prefix_cache_hits += stats.prefix_cache.hits;
         self.num_preemptions = preemptions;
+        self.external_prefix_cache_queries += stats.connector_prefix_cache.queries;
+        self.external_prefix_cache_hits += stats.connector_prefix_cache.hits;
     }
 
     /// The numeric series under their Prometheus names.

@@ -35,6 +35,11 @@ pub enum Status {
     Running,
     /// Preempted: back in the waiting queue with its computed tokens reset.
     Preempted,
+    /// In the waiting queue, holding blocks its connector is loading (vLLM's
+    /// `WAITING_FOR_REMOTE_KVS`).
+    WaitingForRemoteKvs,
+    /// Finished, its blocks held until its connector reports its transfers done.
+    Finished,
 }
 
 /// A request inside the engine.
@@ -47,6 +52,7 @@ pub(crate) struct Request {
     pub(crate) num_computed_tokens: u32,
     pub(crate) num_output_placeholders: u32,
     pub(crate) num_cached_tokens: Option<u32>,
+    pub(crate) num_external_computed_tokens: u32,
     pub(crate) num_preemptions: u32,
     pub(crate) status: Status,
     /// Prefix-cache keys of its full blocks.
@@ -82,6 +88,7 @@ impl Request {
             num_computed_tokens: 0,
             num_output_placeholders: 0,
             num_cached_tokens: None,
+            num_external_computed_tokens: 0,
             num_preemptions: 0,
             status: Status::Waiting,
             block_keys,

@@ -33,9 +33,10 @@
 
 mod invariants;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::block_pool::{BlockId, KvEvents};
+use super::connector::{Connector, ConnectorEvent, ConnectorOutput, OffloadMeta, ScheduledRequest};
 use super::kv_cache_manager::{KvCacheManager, PrefixCacheStats};
 use super::queue::{PriorityKey, WaitingQueue};
 use super::request::{EngineRequest, Request, Status};
@@ -88,8 +89,11 @@ pub struct FinishedRequest {
     pub reason: FinishReason,
     /// How many times it was preempted.
     pub num_preemptions: u32,
-    /// Prompt tokens found in the prefix cache at its first admission.
+    /// Prompt tokens found in the prefix cache (or supplied by its connector) at its first
+    /// admission.
     pub num_cached_tokens: u32,
+    /// Whether it was ever admitted to running (vLLM's `num_cached_tokens` is −1 otherwise).
+    pub admitted: bool,
 }
 
 /// A change in one request's life, kept until [`Scheduler::clear_events`], for timelines and
@@ -198,6 +202,8 @@ pub struct SchedulerOutput {
     pub common_prefix_blocks: u32,
     /// The block ids the admissions' spans point into.
     pub blocks: Vec<BlockId>,
+    /// The connector's metadata for this step (its loads and stores), with a connector.
+    pub connector_meta: Option<OffloadMeta>,
 }
 
 impl SchedulerOutput {
@@ -226,6 +232,8 @@ pub struct UpdateOutput {
     pub stats: SchedulerStats,
     /// The KV events published with this update.
     pub kv_events: KvEvents,
+    /// The connector's KV events, published after the GPU ones.
+    pub connector_events: Vec<ConnectorEvent>,
 }
 
 /// vLLM's `SchedulerStats`, as attached to every update.
@@ -239,6 +247,9 @@ pub struct SchedulerStats {
     pub kv_cache_usage: f64,
     /// Prefix-cache lookups since the previous update.
     pub prefix_cache: PrefixCacheStats,
+    /// The connector's external prefix hits since the previous update (recorded when a request
+    /// is admitted to running: its tokens, and the tokens its connector supplied).
+    pub connector_prefix_cache: PrefixCacheStats,
 }
 
 /// A running-phase entry while a step is being scheduled: request, tokens, computed before,
@@ -268,11 +279,32 @@ pub struct Scheduler {
     new_blocks: Vec<BlockId>,
     stopped: Vec<(RequestHandle, Status)>,
     scratch: Vec<u8>,
+    connector: Option<Connector>,
+    key_block_size: Option<usize>,
+    finished_recving: BTreeSet<u64>,
+    failed_recving: BTreeSet<u64>,
+    connector_stats: PrefixCacheStats,
+    skipped: Vec<RequestHandle>,
+    held_requests: usize,
+    record_events: bool,
 }
 
 impl Scheduler {
     /// A scheduler with `limits` over `kv`.
     pub fn new(limits: SchedulerLimits, kv: KvCacheManager) -> Scheduler {
+        Scheduler::with_connector(limits, kv, None)
+    }
+
+    /// A scheduler with `limits` over `kv` and a KV connector (requests are then keyed by
+    /// block even with prefix caching off, as EngineCore gives them a block hasher whenever a
+    /// connector exists).
+    pub fn with_connector(
+        limits: SchedulerLimits,
+        kv: KvCacheManager,
+        connector: Option<Connector>,
+    ) -> Scheduler {
+        let key_block_size =
+            if connector.is_some() { Some(kv.block_size() as usize) } else { kv.hash_block_size() };
         let waiting = match limits.policy {
             Policy::Fcfs => WaitingQueue::Fcfs(Default::default()),
             Policy::Priority => WaitingQueue::Priority(Default::default()),
@@ -294,7 +326,32 @@ impl Scheduler {
             new_blocks: Vec::new(),
             stopped: Vec::new(),
             scratch: Vec::new(),
+            key_block_size,
+            connector,
+            finished_recving: BTreeSet::new(),
+            failed_recving: BTreeSet::new(),
+            connector_stats: PrefixCacheStats::default(),
+            skipped: Vec::new(),
+            held_requests: 0,
+            record_events: false,
         }
+    }
+
+    /// The KV connector, if any.
+    pub fn connector(&self) -> Option<&Connector> {
+        self.connector.as_ref()
+    }
+
+    /// Waiting requests that hold blocks (loaded by their connector, or allocated while a load
+    /// runs): what starves admission in vLLM 0.15.1's offloading livelock
+    /// (`traces/vllm-0.15.1/offload-livelock-sync.jsonl`).
+    pub fn waiting_holding_blocks(&self) -> usize {
+        self.waiting.iter().filter(|&h| !self.get(h).blocks.is_empty()).count()
+    }
+
+    /// Requests finished whose blocks their connector still holds.
+    pub fn num_held(&self) -> usize {
+        self.held_requests
     }
 
     /// The limits.
@@ -304,7 +361,7 @@ impl Scheduler {
 
     /// Add a request to the waiting queue. Its key must be new.
     pub fn add_request(&mut self, spec: &EngineRequest) {
-        let request = Request::new(spec, self.kv.hash_block_size(), &mut self.scratch);
+        let request = Request::new(spec, self.key_block_size, &mut self.scratch);
         let slot = match self.free_slots.pop() {
             Some(slot) => slot,
             None => {
@@ -344,6 +401,7 @@ impl Scheduler {
 
     /// Record KV events or not (see [`KvCacheManager::set_record_events`]).
     pub fn set_record_kv_events(&mut self, on: bool) {
+        self.record_events = on;
         self.kv.set_record_events(on);
     }
 
@@ -377,9 +435,22 @@ impl Scheduler {
         self.waiting.iter().map(|h| self.get(h).spec.key)
     }
 
-    /// Keys of the requests held, each with whether it was ever scheduled.
+    /// Keys of the requests held, unfinished, each with whether it was ever scheduled.
     pub fn held(&self) -> impl Iterator<Item = (u64, bool)> + '_ {
-        self.slots.iter().filter_map(|(_, r)| r.as_ref()).map(|r| (r.spec.key, r.num_cached_tokens.is_some()))
+        self.slots
+            .iter()
+            .filter_map(|(_, r)| r.as_ref())
+            .filter(|r| r.status != Status::Finished)
+            .map(|r| (r.spec.key, r.num_cached_tokens.is_some()))
+    }
+
+    /// Keys of finished requests whose blocks their connector holds.
+    pub fn held_by_connector(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slots
+            .iter()
+            .filter_map(|(_, r)| r.as_ref())
+            .filter(|r| r.status == Status::Finished)
+            .map(|r| r.spec.key)
     }
 
     /// Blocks held by requests, summed over block tables.
@@ -414,6 +485,7 @@ impl Scheduler {
         out.preempted.clear();
         out.finished_prev.clear();
         out.blocks.clear();
+        out.connector_meta = None;
         let limits = self.limits;
         let mut budget = limits.max_num_batched_tokens;
         let mut running_entries = std::mem::take(&mut self.running_entries);
@@ -450,7 +522,7 @@ impl Scheduler {
                     Some(r) => r,
                     None => unreachable!("running requests exist"),
                 };
-                if kv.allocate_slots(request, n, 0, &[], &mut out.blocks) {
+                if kv.allocate_slots(request, n, 0, &[], 0, false, &mut out.blocks) {
                     break true;
                 }
                 let victim = match limits.policy {
@@ -485,30 +557,74 @@ impl Scheduler {
         // 2. Waiting requests, only if nobody was preempted.
         let mut admitted = std::mem::take(&mut self.admitted);
         admitted.clear();
+        let mut skipped = std::mem::take(&mut self.skipped);
+        skipped.clear();
         while !preempted_any && budget > 0 {
             if self.running.len() == limits.max_num_seqs as usize {
                 break;
             }
             let Some(handle) = self.waiting.peek() else { break };
+            if self.get(handle).status == Status::WaitingForRemoteKvs {
+                if self.update_waiting_for_remote_kv(handle) {
+                    let request = self.get_mut(handle);
+                    request.status =
+                        if request.num_preemptions > 0 { Status::Preempted } else { Status::Waiting };
+                } else {
+                    self.waiting.pop();
+                    skipped.push(handle);
+                    continue;
+                }
+            }
             let mut hits = std::mem::take(&mut self.hits);
-            let (hit_tokens, num_tokens) = {
+            let (hit_tokens, num_tokens, lookup) = {
                 let request = match &self.slots[handle.slot as usize].1 {
                     Some(r) => r,
                     None => unreachable!("waiting requests exist"),
                 };
-                debug_assert_eq!(request.num_computed_tokens, 0);
-                let hit = self.kv.get_computed_blocks(request, &mut hits);
-                (hit, request.num_tokens())
+                if request.num_computed_tokens == 0 {
+                    let hit = self.kv.get_computed_blocks(request, &mut hits);
+                    let external = self.connector.as_mut().map(|c| {
+                        c.get_num_new_matched_tokens(&request.block_keys, request.num_tokens(), hit)
+                    });
+                    (hit, request.num_tokens(), external)
+                } else {
+                    hits.clear();
+                    (0, request.num_tokens(), Some((Some(0), false)))
+                }
             };
-            let mut n = num_tokens - hit_tokens;
-            if limits.long_prefill_token_threshold > 0 && limits.long_prefill_token_threshold < n {
-                n = limits.long_prefill_token_threshold;
+            let (external, load_async) = match lookup {
+                None => (0, false),
+                Some((None, _)) => {
+                    self.hits = hits;
+                    self.waiting.pop();
+                    skipped.push(handle);
+                    continue;
+                }
+                Some((Some(e), load_async)) => (e, load_async),
+            };
+            let num_computed = {
+                let request = self.get_mut(handle);
+                if request.num_computed_tokens == 0 {
+                    if lookup.is_some() {
+                        request.num_external_computed_tokens = external;
+                    }
+                    hit_tokens + external
+                } else {
+                    request.num_computed_tokens
+                }
+            };
+            let mut n = 0;
+            if !load_async {
+                n = num_tokens - num_computed;
+                if limits.long_prefill_token_threshold > 0 && limits.long_prefill_token_threshold < n {
+                    n = limits.long_prefill_token_threshold;
+                }
+                if !limits.enable_chunked_prefill && n > budget {
+                    self.hits = hits;
+                    break;
+                }
+                n = n.min(budget);
             }
-            if !limits.enable_chunked_prefill && n > budget {
-                self.hits = hits;
-                break;
-            }
-            n = n.min(budget);
             let mut new_blocks = std::mem::take(&mut self.new_blocks);
             new_blocks.clear();
             let ok = {
@@ -517,25 +633,67 @@ impl Scheduler {
                     Some(r) => r,
                     None => unreachable!("waiting requests exist"),
                 };
-                kv.allocate_slots(request, n, hit_tokens, &hits, &mut new_blocks)
+                kv.allocate_slots(request, n, hit_tokens, &hits, external, load_async, &mut new_blocks)
             };
+            let num_hit_blocks = hits.len();
             self.hits = hits;
             self.new_blocks = new_blocks;
             if !ok {
                 break;
             }
+            if let Some(connector) = &mut self.connector {
+                let request = match &self.slots[handle.slot as usize].1 {
+                    Some(r) => r,
+                    None => unreachable!("waiting requests exist"),
+                };
+                connector.update_state_after_alloc(
+                    request.spec.key,
+                    &request.block_keys,
+                    &request.blocks,
+                    num_hit_blocks,
+                    external,
+                );
+            }
             self.waiting.pop();
+            if load_async {
+                skipped.push(handle);
+                self.get_mut(handle).status = Status::WaitingForRemoteKvs;
+                continue;
+            }
+            if self.connector.is_some() {
+                let request = self.get(handle);
+                let (tokens, ext) =
+                    (u64::from(request.num_tokens()), u64::from(request.num_external_computed_tokens));
+                let preempted = request.num_preemptions > 0;
+                let stats = &mut self.connector_stats;
+                if preempted {
+                    stats.preempted_requests += 1;
+                    stats.preempted_queries += tokens;
+                    stats.preempted_hits += ext;
+                } else {
+                    stats.requests += 1;
+                    stats.queries += tokens;
+                    stats.hits += ext;
+                }
+            }
             self.running.push(handle);
             let request = self.get_mut(handle);
             let resumed = request.status == Status::Preempted;
             request.status = Status::Running;
-            request.num_computed_tokens = hit_tokens;
-            request.num_cached_tokens.get_or_insert(hit_tokens);
+            request.num_computed_tokens = num_computed;
+            request.num_cached_tokens.get_or_insert(num_computed);
             let key = request.spec.key;
             self.events.push((key, SchedulerEvent::Admitted { resumed }));
-            admitted.push((handle, n, hit_tokens, resumed));
+            admitted.push((handle, n, num_computed, resumed));
             budget -= n;
         }
+        // Skipped requests go back to the head of the queue in their order (FCFS), or back
+        // into the order (priority).
+        for &handle in skipped.iter().rev() {
+            let key = self.priority_key(handle);
+            self.waiting.prepend(key);
+        }
+        self.skipped = skipped;
 
         // The step's description, as vLLM's SchedulerOutput lays it out.
         for &(handle, n, computed, new_blocks) in &running_entries {
@@ -591,6 +749,10 @@ impl Scheduler {
         std::mem::swap(&mut out.finished_prev, &mut self.finished_ids);
         out.finished_prev.sort_unstable();
 
+        if self.connector.is_some() {
+            self.build_connector_meta(out);
+        }
+
         // 3. Advance computed counts; decide which requests sample a token.
         let asynchronous = limits.async_scheduling;
         for entry in &mut out.scheduled {
@@ -613,6 +775,156 @@ impl Scheduler {
         if !out.scheduled.is_empty() {
             self.counters.steps += 1;
         }
+    }
+
+    /// `_update_waiting_for_remote_kv`: whether a parked request's load was reported; if so its
+    /// loaded blocks are cached and its computed count set (all it holds, less the last token
+    /// when that is everything), or, after a failed load, cut back (freeing everything when
+    /// nothing valid is left, so it is looked up afresh).
+    fn update_waiting_for_remote_kv(&mut self, handle: RequestHandle) -> bool {
+        let key = self.get(handle).spec.key;
+        if !self.finished_recving.contains(&key) {
+            return false;
+        }
+        let block_size = self.kv.block_size();
+        let kv = &mut self.kv;
+        let request = match &mut self.slots[handle.slot as usize].1 {
+            Some(r) => r,
+            None => unreachable!("waiting requests exist"),
+        };
+        if self.failed_recving.remove(&key) {
+            if request.num_computed_tokens > 0 {
+                let computed = request.num_computed_tokens;
+                kv.cache_blocks(request, computed);
+            } else {
+                kv.free(request);
+            }
+        } else {
+            let mut computed = (request.blocks.len() as u32 * block_size).min(request.num_tokens());
+            if computed == request.num_tokens() {
+                computed -= 1;
+            }
+            kv.cache_blocks(request, computed);
+            request.num_computed_tokens = computed;
+        }
+        self.finished_recving.remove(&key);
+        true
+    }
+
+    /// `build_connector_meta`, at the end of `schedule()`: the connector sees the scheduled
+    /// requests (new, then running, then resumed) with the tokens they will have computed by the
+    /// step's end and their new blocks, and the step's preemptions.
+    fn build_connector_meta(&mut self, out: &mut SchedulerOutput) {
+        if self.record_events {
+            for entry in &out.scheduled {
+                let kv = &mut self.kv;
+                if let Some(request) = &mut self.slots[entry.handle.slot as usize].1 {
+                    kv.hash_all_blocks(request);
+                }
+            }
+        }
+        let slots = &self.slots;
+        let request = |h: RequestHandle| match &slots[h.slot as usize].1 {
+            Some(r) => r,
+            None => unreachable!("scheduled requests exist"),
+        };
+        fn view<'a>(
+            r: &'a Request,
+            tokens: u32,
+            context: u32,
+            new_blocks: Option<&'a [BlockId]>,
+            resumed: bool,
+        ) -> ScheduledRequest<'a> {
+            ScheduledRequest {
+                key: r.spec.key,
+                new_blocks,
+                resumed,
+                total_tokens: context + tokens,
+                block_keys: &r.block_keys,
+                block_hashes: &r.block_hashes,
+            }
+        }
+        let mut scheduled = Vec::with_capacity(out.scheduled.len());
+        for &(h, n, computed, resumed) in &self.admitted {
+            if !resumed {
+                scheduled.push(view(request(h), n, computed, Some(&request(h).blocks), false));
+            }
+        }
+        for &(h, n, computed, span) in &self.running_entries {
+            let new_blocks = (span.len > 0).then(|| out.block_ids(span));
+            scheduled.push(view(request(h), n, computed, new_blocks, false));
+        }
+        for &(h, n, computed, resumed) in &self.admitted {
+            if resumed {
+                scheduled.push(view(request(h), n, computed, Some(&request(h).blocks), true));
+            }
+        }
+        let connector = self.connector.as_mut().expect("called with a connector");
+        out.connector_meta = Some(connector.build_connector_meta(scheduled.into_iter(), &out.preempted));
+    }
+
+    /// `_handle_invalid_blocks` under the `recompute` policy: parked requests whose loaded
+    /// blocks include an invalid one are cut back to the first bad block (applied when they
+    /// become ready); running ones are cut back now and their tokens of this update dropped.
+    /// Returns the running requests affected.
+    fn handle_invalid_blocks(&mut self, invalid: &BTreeSet<BlockId>) -> BTreeSet<u64> {
+        let block_size = self.kv.block_size();
+        let parked: Vec<RequestHandle> =
+            self.waiting.iter().filter(|&h| self.get(h).status == Status::WaitingForRemoteKvs).collect();
+        let mut affected_parked = BTreeSet::new();
+        let mut marked = BTreeSet::new();
+        for h in parked {
+            let key = self.get(h).spec.key;
+            let failed = self.failed_recving.contains(&key);
+            let request = self.get_mut(h);
+            let span =
+                if failed { request.num_computed_tokens } else { request.blocks.len() as u32 * block_size };
+            if Self::cut_at_invalid(request, span, invalid, &mut marked, block_size) {
+                affected_parked.insert(key);
+            }
+        }
+        let mut affected_running = BTreeSet::new();
+        let mut marked = BTreeSet::new();
+        for i in 0..self.running.len() {
+            let h = self.running[i];
+            let request = self.get_mut(h);
+            let span = request.num_cached_tokens.unwrap_or(0);
+            if Self::cut_at_invalid(request, span, invalid, &mut marked, block_size) {
+                affected_running.insert(request.spec.key);
+            }
+        }
+        self.failed_recving.extend(affected_parked);
+        affected_running
+    }
+
+    /// `_update_requests_with_invalid_blocks` for one request: whether it is affected.
+    fn cut_at_invalid(
+        request: &mut Request,
+        span: u32,
+        invalid: &BTreeSet<BlockId>,
+        marked: &mut BTreeSet<BlockId>,
+        block_size: u32,
+    ) -> bool {
+        let mut affected = false;
+        let mut cut = false;
+        let blocks = span.div_ceil(block_size) as usize;
+        for (idx, &block) in request.blocks.iter().take(blocks).enumerate() {
+            if !invalid.contains(&block) {
+                continue;
+            }
+            affected = true;
+            if !marked.insert(block) || cut {
+                continue;
+            }
+            cut = true;
+            request.num_computed_tokens = idx as u32 * block_size;
+            let lost = span - request.num_computed_tokens;
+            request.num_external_computed_tokens = request.num_external_computed_tokens.wrapping_sub(lost);
+        }
+        if affected && !cut {
+            request.num_computed_tokens = request.num_cached_tokens.unwrap_or(0);
+        }
+        affected
     }
 
     /// Index in `running` of the priority policy's victim: the largest `(priority, arrival)`,
@@ -648,16 +960,37 @@ impl Scheduler {
 
     /// Apply the sampled tokens of `batch` (a step scheduled earlier) at time `now_us`.
     pub fn update_from_output(&mut self, batch: &SchedulerOutput, now_us: u64, out: &mut UpdateOutput) {
+        self.update_from_output_with(batch, now_us, None, out);
+    }
+
+    /// [`Scheduler::update_from_output`] with what the workers' connector reported this step:
+    /// invalid loaded blocks first, then the tokens, then finished transfers (loads mark their
+    /// parked requests ready, sends free held requests), then the events, GPU before connector.
+    pub fn update_from_output_with(
+        &mut self,
+        batch: &SchedulerOutput,
+        now_us: u64,
+        connector_output: Option<&ConnectorOutput>,
+        out: &mut UpdateOutput,
+    ) {
         out.tokens.clear();
         out.finished.clear();
         out.kv_events.clear();
+        out.connector_events.clear();
+        let skip = match connector_output {
+            Some(o) if !o.invalid_block_ids.is_empty() && self.connector.is_some() => {
+                let invalid: BTreeSet<BlockId> = o.invalid_block_ids.iter().copied().collect();
+                self.handle_invalid_blocks(&invalid)
+            }
+            _ => BTreeSet::new(),
+        };
         let mut stopped = std::mem::take(&mut self.stopped);
         stopped.clear();
         let max_model_len = self.limits.max_model_len;
         let asynchronous = self.limits.async_scheduling;
-        let hash_block_size = self.kv.hash_block_size();
+        let hash_block_size = self.key_block_size;
         for entry in &batch.scheduled {
-            if !entry.samples {
+            if !entry.samples || skip.contains(&entry.key) {
                 continue;
             }
             let kv = &mut self.kv;
@@ -703,13 +1036,36 @@ impl Scheduler {
             }
         }
         self.stopped = stopped;
+        if let (Some(o), Some(connector)) = (connector_output, &mut self.connector) {
+            connector.update_connector_output(o);
+            self.finished_recving.extend(o.finished_recving.iter().copied());
+            for &key in &o.finished_sending {
+                self.free_held(key);
+            }
+        }
         self.kv.take_events(&mut out.kv_events);
+        if let Some(connector) = &mut self.connector {
+            out.connector_events = connector.take_events();
+        }
         out.stats = SchedulerStats {
             num_running: self.running.len() as u32,
             num_waiting: self.waiting.len() as u32,
             kv_cache_usage: self.kv.pool().usage(),
             prefix_cache: self.kv.take_stats(),
+            connector_prefix_cache: std::mem::take(&mut self.connector_stats),
         };
+    }
+
+    /// A held request's transfers are done: free its blocks and forget it.
+    fn free_held(&mut self, key: u64) {
+        let handle = *self.by_key.get(&key).expect("finished sending is reported only for held requests");
+        let entry = &mut self.slots[handle.slot as usize];
+        let mut request = entry.1.take().expect("a held request");
+        debug_assert_eq!(request.status, Status::Finished);
+        self.free_slots.push(handle.slot);
+        self.kv.free(&mut request);
+        self.by_key.remove(&key);
+        self.held_requests -= 1;
     }
 
     fn remove_waiting(&mut self, handle: RequestHandle) {
@@ -726,6 +1082,25 @@ impl Scheduler {
         reason: FinishReason,
         finished: &mut Vec<FinishedRequest>,
     ) {
+        let key = self.get(handle).spec.key;
+        if self.connector.as_mut().is_some_and(|c| c.request_finished(key)) {
+            // The connector holds its blocks until the worker reports its transfers done.
+            let request = self.get_mut(handle);
+            request.status = Status::Finished;
+            let record = FinishedRequest {
+                key,
+                token_times_us: std::mem::take(&mut request.token_times_us),
+                reason,
+                num_preemptions: request.num_preemptions,
+                num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
+                admitted: request.num_cached_tokens.is_some(),
+            };
+            self.held_requests += 1;
+            self.finished_ids.push(key);
+            self.events.push((key, SchedulerEvent::Finished));
+            finished.push(record);
+            return;
+        }
         let entry = &mut self.slots[handle.slot as usize];
         let mut request = entry.1.take().expect("a live request");
         self.free_slots.push(handle.slot);
@@ -739,6 +1114,7 @@ impl Scheduler {
             reason,
             num_preemptions: request.num_preemptions,
             num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
+            admitted: request.num_cached_tokens.is_some(),
         });
     }
 
@@ -748,6 +1124,9 @@ impl Scheduler {
     pub fn abort(&mut self, key: u64) -> Option<FinishedRequest> {
         let handle = *self.by_key.get(&key)?;
         let status = self.get(handle).status;
+        if status == Status::Finished {
+            return None;
+        }
         if status == Status::Running {
             if let Some(i) = self.running.iter().position(|&h| h == handle) {
                 self.running.remove(i);
@@ -759,6 +1138,18 @@ impl Scheduler {
         let mut finished = Vec::with_capacity(1);
         self.free_request(handle, FinishReason::Abort, &mut finished);
         finished.pop()
+    }
+
+    /// What the workers need to know of finished requests this step (vLLM's
+    /// `finished_req_ids` of the step just scheduled): the keys of `batch.finished_prev`.
+    pub fn finished_req_ids(batch: &SchedulerOutput) -> &[u64] {
+        &batch.finished_prev
+    }
+
+    /// The prompt tokens the request `key` found cached at its first admission, if it is held
+    /// and was admitted.
+    pub fn num_cached_tokens(&self, key: u64) -> Option<u32> {
+        self.by_key.get(&key).and_then(|&h| self.get(h).num_cached_tokens)
     }
 
     /// Whether the request `key` is held, and in which state.

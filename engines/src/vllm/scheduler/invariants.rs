@@ -2,6 +2,7 @@
 //! hot path): KV blocks conserved, the running budget kept, every request in exactly one queue.
 
 use super::Scheduler;
+use crate::vllm::request::Status;
 
 impl Scheduler {
     /// Check the scheduler's invariants, appending one line per broken rule to `violations`,
@@ -9,6 +10,9 @@ impl Scheduler {
     pub fn check_invariants(&self, violations: &mut Vec<String>) {
         self.check_blocks(violations);
         self.check_queues(violations);
+        if let Some(c) = self.connector.as_ref().and_then(|c| c.offloading()) {
+            c.check(violations);
+        }
     }
 
     /// Fault injection for checked runs: take one free block and forget it, a leak the
@@ -92,7 +96,17 @@ impl Scheduler {
             violations.push("I7 a request is queued twice (waiting and running, or twice in one)".to_owned());
         }
         let mut slots: Vec<u64> = Vec::new();
+        let mut held = 0;
         for request in self.slots.iter().filter_map(|(_, r)| r.as_ref()) {
+            if !self.by_key.contains_key(&request.spec.key) {
+                violations
+                    .push(format!("I7 request {} is held but not indexed by its key", request.spec.key));
+            }
+            if request.status == Status::Finished {
+                // Finished, its blocks held by its connector: in no queue.
+                held += 1;
+                continue;
+            }
             slots.push(request.spec.key);
             // Under asynchronous scheduling a computed token may be an output placeholder.
             let tokens = request.num_tokens() + request.num_output_placeholders;
@@ -102,10 +116,12 @@ impl Scheduler {
                     request.spec.key, request.num_computed_tokens
                 ));
             }
-            if !self.by_key.contains_key(&request.spec.key) {
-                violations
-                    .push(format!("I7 request {} is held but not indexed by its key", request.spec.key));
-            }
+        }
+        if held != self.held_requests {
+            violations.push(format!(
+                "I7 {held} finished requests hold blocks but {} are counted",
+                self.held_requests
+            ));
         }
         slots.sort_unstable();
         if slots != queued {
@@ -115,11 +131,11 @@ impl Scheduler {
                 queued.len()
             ));
         }
-        if self.by_key.len() != slots.len() {
+        if self.by_key.len() != slots.len() + held {
             violations.push(format!(
                 "I7 {} keys are indexed for {} held requests",
                 self.by_key.len(),
-                slots.len()
+                slots.len() + held
             ));
         }
     }
