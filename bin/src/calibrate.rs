@@ -4,10 +4,10 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use blis_actors::calibration::{
+use blis_actors::experiment::calibration::{
     BUNDLE, CalibrationOptions, Fit, calibrated_registry, fit, scaled, terms_for,
 };
-use blis_actors::validation::{Experiment, cost_data_for};
+use blis_actors::experiment::validation::{Experiment, cost_data_for};
 use blis_contracts::FieldError;
 use blis_costmodel::{CoefficientSample, CostData};
 

@@ -403,7 +403,8 @@ fn main() -> ExitCode {
         }
         Command::Calibrate { dirs, out, stage_cap_s, evaluations, data } => match data.load() {
             Ok(data) => {
-                let options = blis_actors::calibration::CalibrationOptions { stage_cap_s, evaluations };
+                let options =
+                    blis_actors::experiment::calibration::CalibrationOptions { stage_cap_s, evaluations };
                 match calibrate::calibrate(&dirs, &out, &options, &data) {
                     Ok(report) => {
                         print!("{report}");

@@ -22,8 +22,8 @@
 use blis_contracts::{FieldError, Rank};
 use blis_costmodel::{CostData, Entry, Family, FitRange, Registry};
 
+use super::validation::{Experiment, Simulated, simulate};
 use crate::run::RunError;
-use crate::validation::{Experiment, Simulated, simulate};
 
 /// The bundle calibration writes.
 pub const BUNDLE: &str = "vllm-0.15.1-h100";

@@ -1,0 +1,14 @@
+//! The experiments over runs: each runs the simulator more than once and draws a conclusion
+//! from the runs together.
+//!
+//! A `replication` is one seeded run of a scenario; `figures` turns a run's replications
+//! into estimates with intervals, the acceptance conditions and the validity flag;
+//! `comparison` pairs two configurations on common random numbers; [`validation`] re-runs
+//! real vLLM experiments and compares them stage by stage; [`calibration`] fits shared cost
+//! model terms with the simulator in the loop.
+
+pub mod calibration;
+pub(crate) mod comparison;
+pub(crate) mod figures;
+pub(crate) mod replication;
+pub mod validation;
