@@ -339,7 +339,11 @@ pub fn render_capacity(report: &CapacityReport) -> String {
         }
     }
     if let Some(fresh) = &report.fresh {
-        let confirmed = if fresh.verdict == Verdict::Meets { "confirmed" } else { "NOT confirmed" };
+        let confirmed = match fresh.verdict {
+            Verdict::Meets => "confirmed: every interval on the right side",
+            Verdict::Fails => "NOT confirmed: an interval is on the wrong side",
+            Verdict::Undecided => "not confirmed: an interval holds its target",
+        };
         let _ = writeln!(
             text,
             "fresh seeds, {} replications, 95% intervals: {} — {confirmed}",

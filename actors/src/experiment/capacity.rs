@@ -3,11 +3,14 @@
 //!
 //! ```yaml
 //! base: scenario.yaml
+//! set:                          # optional: values every point carries
+//!   workload.clients[0].arrival.rate_per_s: 50
 //! search: smallest              # the first point, in axis order, that meets (or `largest`: the last)
 //! axis:                         # one ordered axis ...
 //!   cluster.pools[0].replicas: [1, 2, 3, 4, 6, 8]
 //! points:                       # ... or ordered points (e.g. replicas with tensor parallelism)
-//!   - {cluster.pools[0].replicas: 2, cluster.pools[0].engine.args.tensor_parallel_size: 4}
+//!   - cluster.pools[0].replicas: 2
+//!     cluster.pools[0].engine.args.tensor_parallel_size: 4
 //! slo: {ttft_p99_ms: 500, tpot_p99_ms: 50}
 //! error_rate: 0.05              # chance of any wrong verdict among the points judged
 //! replications: 5               # first look at a point; doubled while an interval straddles
@@ -46,6 +49,8 @@ struct CapacityFile {
     base: String,
     #[serde(default)]
     seed: Option<u64>,
+    #[serde(default)]
+    set: Option<YamlValue>,
     search: Search,
     #[serde(default)]
     axis: Option<YamlValue>,
@@ -161,7 +166,7 @@ impl CapacitySpec {
                 format!("must be at least replications ({})", file.replications),
             ));
         }
-        let base = Base::load(path, &file.base, "base", file.seed, None)?;
+        let base = Base::load(path, &file.base, "base", file.seed, None, file.set.as_ref())?;
         let (origins, settings) = match (&file.axis, &file.points) {
             (Some(axis), None) => {
                 if axis.as_mapping().is_some_and(|m| m.len() > 1) {
@@ -464,4 +469,75 @@ fn judge_once(
         Verdict::Meets
     };
     Ok(Judged { point, info: plan.points[point].clone(), verdict, reasons, replications, judgements })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sweep::stub::{FIGURE, Stub};
+    use super::*;
+
+    fn plan(search: Search, points: usize, target: f64) -> Plan {
+        Plan {
+            search,
+            objectives: vec![Objective { figure: FIGURE.into(), target, better: Better::Lower }],
+            error_rate: 0.05,
+            replications: 5,
+            max_replications: 20,
+            seed: 11,
+            points: (0..points)
+                .map(|i| PointInfo { values: Vec::new(), instances: i as u64 + 1, gpus: i as u64 + 1 })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_smallest_deployment_meeting_the_slo_is_found() {
+        // p99 TTFT falls as 1000/(instances): 1000, 500, 333, 250, 200, ... against 300 ms;
+        // the answer is 4 instances (point 3), whatever the seed.
+        let truth: Vec<f64> = (0..10).map(|i| 1000.0 / (i as f64 + 1.0)).collect();
+        for seed in 0..20 {
+            let mut stub = Stub::new(truth.clone(), 20.0);
+            let plan = Plan { seed, ..plan(Search::Smallest, 10, 300.0) };
+            let report = search(&plan, &mut stub).unwrap();
+            assert_eq!(report.answer, Some(3), "seed {seed}: {report:#?}");
+            assert!(report.judged.len() <= 4, "a bisection of 10 judges at most 4 points");
+            let fresh = report.fresh.as_ref().unwrap();
+            assert_eq!(fresh.verdict, Verdict::Meets);
+            assert_eq!(stub.asked.last().unwrap().1, fresh_seed(seed));
+            for judged in &report.judged {
+                assert_eq!(judged.verdict == Verdict::Meets, judged.point >= 3, "{judged:?}");
+                assert_eq!(judged.reasons.is_empty(), judged.verdict == Verdict::Meets);
+            }
+        }
+    }
+
+    #[test]
+    fn a_straddling_point_gets_more_replications_then_a_verdict() {
+        // Point 2 (333 ms against 300, sd 20) straddles on 5 replications at the search's
+        // level and is rejected on more.
+        let truth: Vec<f64> = (0..10).map(|i| 1000.0 / (i as f64 + 1.0)).collect();
+        let mut stub = Stub::new(truth, 20.0);
+        let report = search(&plan(Search::Smallest, 10, 300.0), &mut stub).unwrap();
+        let point2 = report.judged.iter().find(|j| j.point == 2).expect("point 2 is judged");
+        assert!(point2.replications > 5, "{point2:?}");
+        assert_eq!(point2.verdict, Verdict::Fails);
+        assert!(point2.reasons[0].contains("wholly on the wrong side of 300"), "{:?}", point2.reasons);
+        // Bonferroni over at most 4 points × 3 looks (5, 10, 20) × 1 objective.
+        assert!((report.level_each - (1.0 - 0.05 / 12.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_highest_rate_sustained_is_found_and_overload_rejects() {
+        // p99 TTFT rises with the rate: 100 + 60·i; at most 300 ms holds up to point 3.
+        let truth: Vec<f64> = (0..8).map(|i| 100.0 + 60.0 * i as f64).collect();
+        let mut stub = Stub::new(truth, 5.0);
+        stub.overloaded = vec![5, 6, 7];
+        let report = search(&plan(Search::Largest, 8, 300.0), &mut stub).unwrap();
+        assert_eq!(report.answer, Some(3), "{report:#?}");
+        let overloaded: Vec<&Judged> = report.judged.iter().filter(|j| j.point >= 5).collect();
+        assert!(overloaded.iter().all(|j| j.reasons[0].starts_with("overloaded")), "{overloaded:?}");
+        let none = search(&plan(Search::Smallest, 8, 50.0), &mut Stub::new(vec![100.0; 8], 5.0)).unwrap();
+        assert_eq!(none.answer, None);
+        assert!(none.fresh.is_none());
+    }
 }

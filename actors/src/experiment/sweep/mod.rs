@@ -65,3 +65,6 @@ pub fn sweep(
         None => write_tables(out, &header).map(Some),
     }
 }
+
+#[cfg(test)]
+pub(crate) mod stub;

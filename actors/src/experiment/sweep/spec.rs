@@ -5,11 +5,14 @@
 //! base: scenario.yaml            # relative to the spec
 //! seed: 7                        # optional: every point's seed (default: the base's)
 //! replications: 5                # optional: every point's frame.replications
+//! set:                           # optional: values every point carries
+//!   workload.clients[0].requests: 500
 //! axes:                          # the full grid, the first axis slowest ...
 //!   cluster.pools[0].replicas: [1, 2, 4]
 //!   workload.clients[0].arrival.rate_per_s: [10, 20]
-//! points:                        # ... or a list of points
-//!   - {cluster.pools[0].replicas: 2, cluster.pools[0].engine.args.max_num_seqs: 64}
+//! points:                        # ... or a list of points (block style: in a flow
+//!   - cluster.pools[0].replicas: 2 #  mapping `[` would open a list)
+//!     cluster.pools[0].engine.args.max_num_seqs: 64
 //! ```
 //!
 //! Every point's scenario is the base with its values put at their paths (and the spec's seed
@@ -45,6 +48,8 @@ struct SweepFile {
     #[serde(default)]
     replications: Option<u32>,
     #[serde(default)]
+    set: Option<YamlValue>,
+    #[serde(default)]
     axes: Option<YamlValue>,
     #[serde(default)]
     points: Option<Vec<YamlValue>>,
@@ -67,13 +72,14 @@ pub struct Base {
 
 impl Base {
     /// Read the base scenario `given` (at `field` of the spec at `spec_path`), with the spec's
-    /// `seed` and `replications` put into every point.
+    /// `seed`, `replications` and `set` values put into every point.
     pub fn load(
         spec_path: &Path,
         given: &str,
         field: &str,
         seed: Option<u64>,
         replications: Option<u32>,
+        set: Option<&YamlValue>,
     ) -> Result<Base, FieldError> {
         let path = spec_path.parent().unwrap_or(Path::new("")).join(given);
         let text = std::fs::read_to_string(&path)
@@ -92,13 +98,39 @@ impl Base {
                 YamlValue::from(replications),
             ));
         }
-        Ok(Base {
+        if let Some(set) = set {
+            let Some(map) = set.as_mapping() else {
+                return Err(FieldError::new(
+                    "set",
+                    inline(set),
+                    "map scenario paths to the values every point carries",
+                ));
+            };
+            for (key, value) in map {
+                let key = key.as_str().ok_or_else(|| {
+                    FieldError::new("set", inline(key), "a value is keyed by a scenario path")
+                })?;
+                let path = ScenarioPath::parse(key)
+                    .map_err(|cause| FieldError::new(format!("set.{key}"), key, cause))?;
+                common.push((path, value.clone()));
+            }
+        }
+        let base = Base {
             given: given.to_owned(),
             dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
             doc,
             seed: seed.or(scenario.seed).unwrap_or(DEFAULT_SEED),
             common,
-        })
+        };
+        let mut doc = base.doc.clone();
+        for (path, value) in &base.common {
+            path.set(&mut doc, value.clone())
+                .map_err(|cause| FieldError::new(format!("set.{path}"), inline(value), cause))?;
+        }
+        let text = yaml::to_string(&doc).expect("a YAML document serialises");
+        Scenario::parse(&text)
+            .map_err(|e| FieldError::new("set", inline(set.unwrap_or(&YamlValue::Null)), e.to_string()))?;
+        Ok(base)
     }
 
     /// The scenario text of the base with `settings` (and the common settings) put in; the
@@ -210,7 +242,7 @@ impl SweepSpec {
         let text = std::fs::read_to_string(path)
             .map_err(|e| FieldError::new("(spec)", path.display(), format!("cannot read the spec: {e}")))?;
         let file: SweepFile = yaml::from_str(&text)?;
-        let base = Base::load(path, &file.base, "base", file.seed, file.replications)?;
+        let base = Base::load(path, &file.base, "base", file.seed, file.replications, file.set.as_ref())?;
         let (origins, settings) = match (&file.axes, &file.points) {
             (Some(axes), None) => grid(axes)?,
             (None, Some(points)) => listed(points)?,
