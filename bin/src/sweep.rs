@@ -8,7 +8,7 @@ use blis_actors::experiment::capacity::{CapacityReport, CapacitySpec, Verdict, s
 use blis_actors::experiment::sweep::best::{BestReport, Goal, best};
 use blis_actors::experiment::sweep::evaluate::{PointOptions, Simulator};
 use blis_actors::experiment::sweep::figure::figure;
-use blis_actors::experiment::sweep::output::{SweepHeader, json_bytes, merge};
+use blis_actors::experiment::sweep::output::{SweepHeader, json_bytes, merge, shard_header};
 use blis_actors::experiment::sweep::record::{PointRecord, PointStatus};
 use blis_actors::experiment::sweep::shard::Shard;
 use blis_actors::experiment::sweep::spec::SweepSpec;
@@ -136,17 +136,18 @@ pub fn run_merge(
         }
         (None, _) => None,
     };
-    let (header, rows) = merge(dirs, out)?;
-    if let Some(spec) = &spec
-        && spec.digest != header.digest
-    {
-        return Err(Failure::Refused(format!(
-            "--spec = {}: not the spec these shards ran (digest {}, the shards' {})",
-            spec_path.map_or(String::new(), |p| p.display().to_string()),
-            spec.digest,
-            header.digest
-        )));
+    // A wrong spec is refused before anything is written.
+    if let (Some(spec), Some(first)) = (&spec, dirs.first()) {
+        let ran = shard_header(first)?.digest;
+        if spec.digest != ran {
+            return Err(Failure::Refused(format!(
+                "--spec = {}: not the spec these shards ran (digest {}, the shards' {ran})",
+                spec_path.map_or(String::new(), |p| p.display().to_string()),
+                spec.digest,
+            )));
+        }
     }
+    let (header, rows) = merge(dirs, out)?;
     let mut text = table(&header, &rows);
     if let (Some((metric, goal)), Some(args), Some(spec)) = (target, best_args, spec) {
         let report = rank(&spec, &rows, &metric, goal, args.alpha, out, options, data, quiet)?;
@@ -311,7 +312,7 @@ pub fn render_capacity(report: &CapacityReport) -> String {
                     g.target,
                     g.side
                 ),
-                None => format!("{} missing", g.figure),
+                None => format!("{} {}", g.figure, g.side),
             })
             .collect::<Vec<_>>()
             .join("; ")

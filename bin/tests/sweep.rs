@@ -122,6 +122,16 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
     assert_eq!(json["schema"], "blis-actor/sweep/v1");
     assert_eq!(json["rows"][4]["values"][0]["value"], 2);
     assert_eq!(json["rows"][4]["estimates"]["ttft_ms.p99"]["n"], 2);
+    // Ranked at the merge: the spec it names must be the one the shards ran.
+    let output = blis_actor(&["merge", &shards[0], &shards[1], &shards[2], &shards[3], "--out", dir.join("m1").to_str().unwrap(), "--best", "ttft_p99_ms", "--spec", &fixture("grid.yaml")]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not the spec these shards ran"));
+    assert!(!dir.join("m1").exists(), "nothing is written for a wrong spec");
+    let ranked = dir.join("ranked");
+    let printed = ok(&blis_actor(&["merge", &shards[0], &shards[1], &shards[2], &shards[3], "--out", ranked.to_str().unwrap(), "--best", "ttft_p99_ms", "--spec", &spec, "--quiet"]));
+    assert!(printed.contains("best on ttft_ms.p99 (Minimize, false-winner chance at most 0.05):"), "{printed}");
+    let best: serde_json::Value = serde_json::from_slice(&std::fs::read(ranked.join("best.json")).unwrap()).unwrap();
+    assert_eq!(best["fresh"]["replications"], 2);
     // A shard missing, or given twice, is refused.
     let output =
         blis_actor(&["merge", &shards[0], &shards[1], &shards[2], "--out", dir.join("m2").to_str().unwrap()]);
@@ -254,4 +264,48 @@ fn capacity_answers_with_the_points_tried_and_why_each_was_rejected() {
     }
     assert_eq!(report["fresh"]["verdict"], "meets", "{report}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn router_weights_are_axes_of_an_inline_router_config() {
+    let dir = scratch("router");
+    let out = dir.join("out");
+    ok(&blis_actor(&["sweep", &fixture("router-weights.yaml"), "--out", out.to_str().unwrap(), "--quiet"]));
+    let result = |id: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(out.join(format!("points/{id}/result.json"))).unwrap()).unwrap()
+    };
+    // Point 0001 sets the queue scorer's weight to 0 and the KV-utilisation scorer's to 4: the
+    // router resolved them so.
+    let scorers = &result("0001")["scenario"]["resolved"]["router"]["profiles"][0]["scorers"];
+    assert_eq!(
+        (scorers[0]["weight"].as_f64(), scorers[1]["weight"].as_f64()),
+        (Some(0.0), Some(4.0)),
+        "{scorers}"
+    );
+    // Without the queue scorer the router picks otherwise: the calls differ.
+    assert_ne!(
+        result("0000")["replications"][0]["histograms"],
+        result("0002")["replications"][0]["histograms"]
+    );
+    let e = refusal_of(
+        &fixture("llmd-base.yaml"),
+        "axes:\n  cluster.router.config.schedulingProfiles[0].plugins[1].wieght: [1]\n",
+    );
+    assert!(
+        e.starts_with("error: axes.cluster.router.config.schedulingProfiles[0].plugins[1].wieght[0] = 1: "),
+        "{e}"
+    );
+    assert!(e.contains("unknown field \"wieght\""), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The one error line of `sweep` on a spec of `body` over `base`.
+fn refusal_of(base: &str, body: &str) -> String {
+    let dir = scratch("router-bad");
+    let spec = dir.join("spec.yaml");
+    std::fs::write(&spec, format!("base: {base}\n{body}")).unwrap();
+    let output =
+        blis_actor(&["sweep", spec.to_str().unwrap(), "--out", dir.join("out").to_str().unwrap(), "--quiet"]);
+    assert_eq!(output.status.code(), Some(2));
+    String::from_utf8(output.stderr).unwrap().lines().find(|l| l.starts_with("error:")).unwrap().to_owned()
 }

@@ -278,7 +278,7 @@ pub struct Judgement {
     pub target: f64,
     /// Its estimate and interval at the search's level (absent when the figure is missing).
     pub estimate: Option<EstimateRecord>,
-    /// `meets`, `fails` or `straddles`.
+    /// `meets`, `fails` or `straddles`; `withheld` (overloaded) or `missing` without a value.
     pub side: &'static str,
 }
 
@@ -419,11 +419,12 @@ fn judge_once(
                 |e| EstimateRecord { mean: e.mean, half_width: e.half_width, n: e.n as u64, level: e.level },
             );
         let side = match estimate {
+            None if record.overloaded => "withheld",
             None => {
                 if reasons.is_empty() {
                     reasons.push(format!("{}: no value in every replication", objective.figure));
                 }
-                "fails"
+                "missing"
             }
             Some(e) => {
                 let h = e.half_width.unwrap_or(f64::INFINITY);

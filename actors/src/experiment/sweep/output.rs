@@ -156,6 +156,20 @@ fn csv_table(header: &SweepHeader, rows: &[PointRecord]) -> Result<Vec<u8>, RunE
     writer.into_inner().map_err(|e| RunError::Output(format!("sweep.csv: {e}")))
 }
 
+/// A shard folder's `shard.json`, refused naming the folder when it is not a shard.
+fn read_shard(dir: &Path) -> Result<ShardFile, RunError> {
+    let path = dir.join("shard.json");
+    let refuse = |cause: String| RunError::Input(FieldError::new("DIR", dir.display(), cause));
+    let bytes = std::fs::read(&path)
+        .map_err(|e| refuse(format!("not a shard of a sweep: {}: {e}", path.display())))?;
+    serde_json::from_slice(&bytes).map_err(|e| refuse(format!("{} is not readable: {e}", path.display())))
+}
+
+/// The sweep a shard folder belongs to.
+pub fn shard_header(dir: &Path) -> Result<SweepHeader, RunError> {
+    read_shard(dir).map(|file| file.sweep)
+}
+
 /// Fold the shard folders `dirs` into `out`: every shard of one sweep, each once, their points'
 /// files copied byte for byte, then the tables written. Refused, naming the folder, when a
 /// folder is not a shard, belongs to another sweep or repeats a shard, or a shard is missing.
@@ -163,13 +177,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<(SweepHeader, Vec<PointReco
     let mut header: Option<SweepHeader> = None;
     let mut seen: Vec<Option<&Path>> = Vec::new();
     for dir in dirs {
-        let path = dir.join("shard.json");
         let shown = dir.display().to_string();
         let refuse = |cause: String| RunError::Input(FieldError::new("DIR", &shown, cause));
-        let bytes = std::fs::read(&path)
-            .map_err(|e| refuse(format!("not a shard of a sweep: {}: {e}", path.display())))?;
-        let file: ShardFile = serde_json::from_slice(&bytes)
-            .map_err(|e| refuse(format!("{} is not readable: {e}", path.display())))?;
+        let file = read_shard(dir)?;
         match &header {
             None => {
                 seen = vec![None; file.shards as usize];
