@@ -84,6 +84,10 @@ enum Command {
         /// replaying those files (`workload.replays`) gives the same calls and metrics.
         #[arg(long, value_name = "DIR")]
         export_workload: Option<PathBuf>,
+        /// Export every prompt as the token ids the simulator sent (one `token_ids` part per
+        /// call, ids below the model's vocabulary size), for `baseline` to replay.
+        #[arg(long, requires = "export_workload")]
+        token_ids: bool,
         #[command(flatten)]
         data: DataArgs,
         /// No progress bar.
@@ -320,6 +324,7 @@ fn main() -> ExitCode {
             trace_filter,
             record,
             export_workload,
+            token_ids,
             data,
             quiet,
         } => {
@@ -343,6 +348,7 @@ fn main() -> ExitCode {
                     host: host.kind(),
                     base_dir,
                     export_workload: export,
+                    export_token_ids: token_ids,
                     replications,
                     threads,
                     build: Some(build_record()),
@@ -714,6 +720,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         host,
         base_dir,
         export_workload: false,
+        export_token_ids: false,
         replications: inputs.replications,
         threads: None,
         build: None,
