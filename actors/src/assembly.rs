@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blis_contracts::{EngineIdentity, EngineKind, FieldError, RouterSpec, Scenario, ServedPool, ServingSettings};
+use blis_contracts::{
+    EngineIdentity, EngineKind, FieldError, RouterSpec, Scenario, ServedPool, ServingSettings,
+};
 use blis_costmodel::{CostData, Pricer};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
 use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};

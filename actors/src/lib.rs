@@ -9,6 +9,7 @@
 
 mod assembly;
 pub mod calibration;
+pub mod calls_comparison;
 mod calls_out;
 mod client;
 mod comparison;

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use blis_contracts::{
-    Arrival, BuildRecord, CALLS_SCHEMA, CallRecord, CallsHeader, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS,
-    PricingRecord, RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario,
-    ScenarioRecord, SpreadRecord, StopRule, WarmUpRecord, Writer, bounds,
+    Arrival, BuildRecord, CALLS_SCHEMA, CallRecord, CallsHeader, ClientFrame, DataRecord, FieldError,
+    FileHash, FrameRecord, METRICS, PricingRecord, RESULT_SCHEMA, Rank, RankShares, ReplicationRecord,
+    RequestSpec, RunResult, Scenario, ScenarioRecord, SpreadRecord, StopRule, WarmUpRecord, Writer, bounds,
 };
 use blis_costmodel::CostData;
 use blis_kernel::{HostKind, KernelError, Observer, SimTime};
@@ -325,7 +325,10 @@ pub fn run_observed(
         instances: first.instances,
         simulation: first.simulation,
     };
-    Ok((RunOutput { result, calls_header, calls: kept_calls, calls_sha256, workloads: first.workloads }, observers))
+    Ok((
+        RunOutput { result, calls_header, calls: kept_calls, calls_sha256, workloads: first.workloads },
+        observers,
+    ))
 }
 
 /// Refuse a run whose replications would together hold more per-token latencies than

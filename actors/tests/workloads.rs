@@ -236,8 +236,13 @@ fn timeouts_abort_at_the_engine_and_free_its_blocks_and_every_call_has_one_fate(
     }
     // Run the same cluster to its end and look inside the engine: nothing is held.
     let scenario = Scenario::parse(&text).unwrap();
-    let options =
-        AssemblyOptions { host: HostKind::Inline, base_dir: ".".into(), keep_released: false, released_token_ids: false, fault: None };
+    let options = AssemblyOptions {
+        host: HostKind::Inline,
+        base_dir: ".".into(),
+        keep_released: false,
+        released_token_ids: false,
+        fault: None,
+    };
     let mut cluster = assemble(&scenario, 21, &CostData::embedded(), &options).unwrap();
     cluster.simulation.run().unwrap();
     let mut finished = cluster.simulation.finish();

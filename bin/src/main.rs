@@ -6,6 +6,7 @@
 mod bench;
 mod calibrate;
 mod compare;
+mod compare_runs;
 mod fit;
 mod listing;
 mod logging;
@@ -136,6 +137,20 @@ enum Command {
         threads: Option<usize>,
         #[command(flatten)]
         data: DataArgs,
+    },
+    /// Put runs side by side: `calls.jsonl` files (real or simulated) of the same work, the
+    /// first the reference (or an inference-perf summary as the reference); per metric the mean
+    /// and percentiles with their relative error, and paired per-call errors.
+    Compare {
+        /// Runs as NAME=PATH, the reference first.
+        #[arg(required = true, num_args = 2.., value_name = "NAME=PATH")]
+        runs: Vec<String>,
+        /// Percentiles to report, e.g. 50,95,99.
+        #[arg(long, value_delimiter = ',', default_values_t = blis_actors::calls_comparison::DEFAULT_PERCENTILES)]
+        percentiles: Vec<f64>,
+        /// Print the comparison as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Run seeded random scenarios with every invariant checked after every instant
     /// (docs/INVARIANTS.md); each failure is printed as the line that reproduces it.
@@ -378,6 +393,7 @@ fn main() -> ExitCode {
             ),
             Err(message) => fail(2, message),
         },
+        Command::Compare { runs, percentiles, json } => compare_runs(&runs, &percentiles, json),
         Command::Bench { cases, print_scenario, out } => bench::bench(&cases, print_scenario, &out),
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
         Command::Swarm { seed, count, fault, no_determinism } => {
@@ -639,6 +655,22 @@ fn compare_configs(a: &Path, b: &Path, options: RunOptions, data: &CostData) -> 
         }
         Err(RunError::Input(error)) => fail(2, error),
         Err(error) => fail(1, error),
+    }
+}
+
+fn compare_runs(specs: &[String], percentiles: &[f64], json: bool) -> ExitCode {
+    let comparison = compare_runs::read_runs(specs)
+        .and_then(|runs| blis_actors::calls_comparison::compare_runs(&runs, percentiles));
+    match comparison {
+        Ok(comparison) if json => {
+            println!("{}", serde_json::to_string_pretty(&comparison).expect("comparisons serialise"));
+            ExitCode::SUCCESS
+        }
+        Ok(comparison) => {
+            print!("{}", compare_runs::render(&comparison));
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(2, error),
     }
 }
 

@@ -64,7 +64,10 @@ fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
     let calls = std::fs::read_to_string(out.join("calls.jsonl")).unwrap();
     assert_eq!(calls.lines().count(), 51, "the header and 50 calls");
     let header: serde_json::Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
-    assert_eq!((&header["calls"], &header["writer"]), (&"blis-actor/calls/v1".into(), &"blis-actor run".into()));
+    assert_eq!(
+        (&header["calls"], &header["writer"]),
+        (&"blis-actor/calls/v1".into(), &"blis-actor run".into())
+    );
     assert_eq!(header["pools"][0]["serving"]["max_num_seqs"], 1024, "{header}");
     let first: serde_json::Value = serde_json::from_str(calls.lines().nth(1).unwrap()).unwrap();
     assert_eq!(first["request_id"], "a-0");

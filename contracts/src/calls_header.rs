@@ -106,9 +106,11 @@ fn first_difference(
         (Value::Object(x), Value::Object(y)) => {
             x.iter().find_map(|(k, v)| first_difference(&format!("{path}.{k}"), v, &y[k.as_str()]))
         }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-            x.iter().zip(y).enumerate().find_map(|(i, (v, w))| first_difference(&format!("{path}[{i}]"), v, w))
-        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (v, w))| first_difference(&format!("{path}[{i}]"), v, w)),
         (Value::Array(x), Value::Array(y)) => {
             Some((path.to_owned(), format!("{} entries", x.len()), format!("{} entries", y.len())))
         }
@@ -136,7 +138,9 @@ impl CallsFile {
         let header: CallsHeader = serde_json::from_str(first).map_err(|e| {
             FieldError::at(
                 format!("{source}:1"),
-                format!("not a calls.jsonl header ({e}); files written before the header existed must be re-run"),
+                format!(
+                    "not a calls.jsonl header ({e}); files written before the header existed must be re-run"
+                ),
             )
         })?;
         if header.calls != CALLS_SCHEMA {
@@ -184,7 +188,11 @@ mod tests {
             writer: Writer::Baseline,
             blis_actor_version: "0.1.0".into(),
             server: Some("http://127.0.0.1:8000".into()),
-            pools: vec![ServedPool { model: "Llama-3.1-8B".into(), chip: "H100-SXM".into(), serving: settings() }],
+            pools: vec![ServedPool {
+                model: "Llama-3.1-8B".into(),
+                chip: "H100-SXM".into(),
+                serving: settings(),
+            }],
             workload_sha256: "ab".into(),
         }
     }
@@ -199,7 +207,10 @@ mod tests {
         other.pools[0].serving.max_num_seqs = 128;
         other.pools[0].serving.block_size = 32;
         let (path, ours, theirs) = header().serving_difference(&other).unwrap();
-        assert_eq!((path.as_str(), ours.as_str(), theirs.as_str()), ("pools[0].serving.block_size", "16", "32"));
+        assert_eq!(
+            (path.as_str(), ours.as_str(), theirs.as_str()),
+            ("pools[0].serving.block_size", "16", "32")
+        );
         assert_eq!(header().serving_difference(&header()), None);
     }
 
