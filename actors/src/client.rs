@@ -300,9 +300,13 @@ impl Client {
         self.arrived += 1;
         self.last_arrival_us = now_us;
         let spec = planned.spec;
-        if self.released.is_some() {
-            let kept = if self.released_token_ids { self.with_token_ids(&spec) } else { spec.clone() };
-            self.released.as_mut().expect("kept").push(RequestSpec { arrival_us: now_us, ..kept });
+        let kept = match &self.released {
+            Some(_) if self.released_token_ids => Some(self.with_token_ids(&spec)),
+            Some(_) => Some(spec.clone()),
+            None => None,
+        };
+        if let (Some(released), Some(kept)) = (&mut self.released, kept) {
+            released.push(RequestSpec { arrival_us: now_us, ..kept });
         }
         let n = spec.nodes.len();
         let mut children = vec![Vec::new(); n];

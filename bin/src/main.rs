@@ -138,6 +138,20 @@ enum Command {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Replay a workload against a real OpenAI-compatible server (vLLM) and record what its
+    /// client saw, in the calls.jsonl format (docs/VALIDATION.md).
+    Baseline {
+        /// The server: URL, model, chip and serving settings (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// The workload (JSONL; one LLM call per request, prompts as token ids: `run
+        /// --export-workload DIR --token-ids` writes it).
+        #[arg(long)]
+        workload: PathBuf,
+        /// Where to write the calls; must not exist.
+        #[arg(long)]
+        output_jsonl: PathBuf,
+    },
     /// Put runs side by side: `calls.jsonl` files (real or simulated) of the same work, the
     /// first the reference (or an inference-perf summary as the reference); per metric the mean
     /// and percentiles with their relative error, and paired per-call errors.
@@ -393,6 +407,7 @@ fn main() -> ExitCode {
             ),
             Err(message) => fail(2, message),
         },
+        Command::Baseline { config, workload, output_jsonl } => baseline(&config, &workload, &output_jsonl),
         Command::Compare { runs, percentiles, json } => compare_runs(&runs, &percentiles, json),
         Command::Bench { cases, print_scenario, out } => bench::bench(&cases, print_scenario, &out),
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
@@ -654,6 +669,34 @@ fn compare_configs(a: &Path, b: &Path, options: RunOptions, data: &CostData) -> 
             ExitCode::SUCCESS
         }
         Err(RunError::Input(error)) => fail(2, error),
+        Err(error) => fail(1, error),
+    }
+}
+
+fn baseline(config: &Path, workload: &Path, output: &Path) -> ExitCode {
+    let source = config.display().to_string();
+    let config = match std::fs::read_to_string(config) {
+        Ok(text) => match blis_baseline::BaselineConfig::parse(&source, &text) {
+            Ok(config) => config,
+            Err(error) => return fail(2, error),
+        },
+        Err(error) => return fail(2, format_args!("{source}: cannot read the config: {error}")),
+    };
+    eprintln!("replaying {} against {} in real time", workload.display(), config.url);
+    match blis_baseline::run_baseline(&config, workload, output) {
+        Ok(summary) => {
+            println!(
+                "sent {} calls: {} completed, {} timed out, {} dropped; the latest send was {:.1} ms after its scheduled arrival",
+                summary.sent,
+                summary.completed,
+                summary.timed_out,
+                summary.dropped,
+                summary.max_send_lag_us as f64 / 1e3
+            );
+            eprintln!("wrote {}", output.display());
+            ExitCode::SUCCESS
+        }
+        Err(error @ blis_baseline::BaselineError::Input(_)) => fail(2, error),
         Err(error) => fail(1, error),
     }
 }

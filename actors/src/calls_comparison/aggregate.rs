@@ -39,7 +39,7 @@ impl AggregateReference {
             ));
         }
         let successes = &summary["successes"]["count"];
-        if !successes.as_u64().is_some_and(|n| n > 0) {
+        if successes.as_u64().is_none_or(|n| n == 0) {
             return Err(FieldError::new(
                 format!("{source}.successes.count"),
                 successes,

@@ -137,7 +137,7 @@ pub fn compare_runs(runs: &[(String, Run)], percentiles: &[f64]) -> Result<Compa
     let stats: Vec<RunFigures> = runs
         .iter()
         .map(|(_, run)| match run {
-            Run::Calls(file) => RunFigures::Calls(CallFigures::of(&file.calls)),
+            Run::Calls(file) => RunFigures::Calls(Box::new(CallFigures::of(&file.calls))),
             Run::Aggregate(aggregate) => RunFigures::Aggregate(aggregate.clone()),
         })
         .collect();
@@ -217,7 +217,7 @@ fn percentile_name(p: f64) -> String {
 
 /// A run's figures, from calls or from an aggregate.
 enum RunFigures {
-    Calls(CallFigures),
+    Calls(Box<CallFigures>),
     Aggregate(AggregateReference),
 }
 
