@@ -7,6 +7,7 @@ mod bench;
 mod calibrate;
 mod compare;
 mod compare_runs;
+mod draw;
 mod fit;
 mod listing;
 mod logging;
@@ -165,6 +166,25 @@ enum Command {
         /// Print the comparison as JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Draw runs on one figure: latency CDFs (default), a paired scatter against the first run
+    /// with the y = x line, or throughput and cumulative output over time; PNG, SVG or PDF by
+    /// the output's extension.
+    Draw {
+        /// The figure (.png, .svg or .pdf).
+        #[arg(long)]
+        output: PathBuf,
+        /// Runs as NAME=PATH (calls.jsonl files of the same work), the reference first.
+        #[arg(required = true, num_args = 1.., value_name = "NAME=PATH")]
+        runs: Vec<String>,
+        /// What to draw.
+        #[arg(long, value_enum, default_value_t = draw::View::Cdf)]
+        view: draw::View,
+        /// One panel per metric, e.g. ttft_ms,e2e_ms (cdf and scatter: ttft_ms, tpot_ms, itl_ms,
+        /// e2e_ms, normalized_e2e_ms, request_e2e_ms; timeseries: output_tokens_per_s,
+        /// requests_per_s, output_tokens).
+        #[arg(long, value_delimiter = ',')]
+        metrics: Vec<String>,
     },
     /// Run seeded random scenarios with every invariant checked after every instant
     /// (docs/INVARIANTS.md); each failure is printed as the line that reproduces it.
@@ -408,6 +428,18 @@ fn main() -> ExitCode {
             Err(message) => fail(2, message),
         },
         Command::Baseline { config, workload, output_jsonl } => baseline(&config, &workload, &output_jsonl),
+        Command::Draw { output, runs, view, metrics } => {
+            match compare_runs::read_runs(&runs)
+                .map_err(|e| e.to_string())
+                .and_then(|runs| draw::draw(&runs, view, &metrics, &output))
+            {
+                Ok(()) => {
+                    eprintln!("wrote {}", output.display());
+                    ExitCode::SUCCESS
+                }
+                Err(message) => fail(2, message),
+            }
+        }
         Command::Compare { runs, percentiles, json } => compare_runs(&runs, &percentiles, json),
         Command::Bench { cases, print_scenario, out } => bench::bench(&cases, print_scenario, &out),
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),

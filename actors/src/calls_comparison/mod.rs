@@ -10,6 +10,7 @@
 
 mod aggregate;
 mod same_work;
+pub mod series;
 
 use std::collections::BTreeMap;
 
@@ -114,20 +115,9 @@ pub fn compare_runs(runs: &[(String, Run)], percentiles: &[f64]) -> Result<Compa
             return Err(FieldError::new(format!("--percentiles[{i}]"), p, "a percentile is in (0, 100]"));
         }
     }
+    check_runs(runs)?;
     let mut notes = Vec::new();
     let (reference_name, reference) = &runs[0];
-    for (name, run) in &runs[1..] {
-        let Run::Calls(file) = run else {
-            return Err(FieldError::at(
-                name.as_str(),
-                "an inference-perf summary holds no calls: it can only be the reference (the first run)",
-            ));
-        };
-        if let Run::Calls(reference) = reference {
-            check_serving(reference_name, &reference.header, name, &file.header)?;
-            same_work(reference_name, &reference.calls, name, &file.calls)?;
-        }
-    }
     if let Run::Aggregate(aggregate) = reference {
         notes.push(format!(
             "{reference_name} is an aggregate (inference-perf summary): it is compared on the statistics it holds, without checking that the runs did the same work and without paired errors"
@@ -184,6 +174,25 @@ pub fn compare_runs(runs: &[(String, Run)], percentiles: &[f64]) -> Result<Compa
         paired,
         notes,
     })
+}
+
+/// Refuse runs after the first that are aggregates, or (against a reference of calls) that did
+/// other work or were served otherwise, naming the first difference.
+pub fn check_runs(runs: &[(String, Run)]) -> Result<(), FieldError> {
+    let Some((reference_name, reference)) = runs.first() else { return Ok(()) };
+    for (name, run) in &runs[1..] {
+        let Run::Calls(file) = run else {
+            return Err(FieldError::at(
+                name.as_str(),
+                "an inference-perf summary holds no calls: it can only be the reference (the first run)",
+            ));
+        };
+        if let Run::Calls(reference) = reference {
+            check_serving(reference_name, &reference.header, name, &file.header)?;
+            same_work(reference_name, &reference.calls, name, &file.calls)?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuse `other` served on other hardware, model or settings than the reference.
@@ -285,8 +294,9 @@ impl CallFigures {
     }
 }
 
-/// Per call (or request, or gap) of both runs, the reference's and the run's value, ms.
-fn pairs(id: &str, reference: &[CallRecord], run: &[CallRecord]) -> Vec<(f64, f64)> {
+/// Per call (or request, or gap) of both runs, the reference's and the run's value, ms, for the
+/// latency metric `id`.
+pub fn pairs(id: &str, reference: &[CallRecord], run: &[CallRecord]) -> Vec<(f64, f64)> {
     let by_id = |calls: &[CallRecord]| -> BTreeMap<String, CallRecord> {
         calls
             .iter()
