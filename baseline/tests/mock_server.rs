@@ -62,10 +62,11 @@ fn chunk(ids: &[u32]) -> Value {
 
 type Body = BoxBody<Bytes, Infallible>;
 
-async fn handle(request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// One request to the mock, whose `/v1/models` reports `max_model_len`.
+async fn handle(request: Request<Incoming>, max_model_len: u32) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_owned();
     if path == "/v1/models" {
-        let models = json!({"object": "list", "data": [{"id": "mock-model", "object": "model", "max_model_len": 4096}]});
+        let models = json!({"object": "list", "data": [{"id": "mock-model", "object": "model", "max_model_len": max_model_len}]});
         return Ok(Response::new(Full::new(Bytes::from(models.to_string())).boxed()));
     }
     let body = request.into_body().collect().await.unwrap().to_bytes();
@@ -116,8 +117,9 @@ async fn handle(request: Request<Incoming>) -> Result<Response<Body>, Infallible
     Ok(response)
 }
 
-/// Start the mock on a free port of 127.0.0.1, on a thread of its own; its base URL.
-fn start_mock() -> String {
+/// Start the mock on a free port of 127.0.0.1, on a thread of its own, reporting
+/// `max_model_len`; its base URL.
+fn start_mock(max_model_len: u32) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -128,7 +130,7 @@ fn start_mock() -> String {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(handle);
+                    let service = hyper::service::service_fn(move |request| handle(request, max_model_len));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
@@ -184,7 +186,7 @@ fn line(id: &str, arrival_ms: u64, kind: u32, output_tokens: u32, timeout_ms: Op
 
 #[test]
 fn a_replay_records_the_servers_schedule_and_every_failure_as_a_fate() {
-    let url = start_mock();
+    let url = start_mock(4096);
     let dir = scratch("replay");
     let workload = dir.join("w.jsonl");
     let lines = [
@@ -262,6 +264,77 @@ fn a_replay_records_the_servers_schedule_and_every_failure_as_a_fate() {
     assert_eq!(std::fs::read(&output).unwrap(), before);
 }
 
+#[test]
+fn a_simulations_token_id_export_replays_against_the_server_and_compares_with_the_simulation() {
+    // One instance at its defaults (max_model_len 131072, as the mock now reports); six single
+    // calls of 2 to 5 output tokens, prompts exported as token ids (their first id, drawn at
+    // random, picks no failure mode of the mock: every call streams normally).
+    let url = start_mock(131_072);
+    let scenario = r#"
+seed: 4
+cluster:
+  network: { client_router_us: 200, router_engine_us: 50 }
+  router: { policy: round-robin }
+  pools:
+    - name: p
+      replicas: 1
+      hardware: { chip: H100-SXM }
+      model: Llama-3.1-8B
+      engine: { kind: vllm, version: "0.15.1", args: {} }
+workload:
+  clients:
+    - name: chat
+      requests: 6
+      arrival: { process: poisson, rate_per_s: 20 }
+      input_tokens: { dist: uniform, min: 20, max: 60 }
+      output_tokens: { dist: uniform, min: 2, max: 5 }
+"#;
+    let options = blis_actors::RunOptions {
+        replications: Some(1),
+        export_workload: true,
+        export_token_ids: true,
+        ..blis_actors::RunOptions::default()
+    };
+    let simulated = blis_actors::run(scenario, options, &mut |_| {}).unwrap();
+    let dir = scratch("export");
+    let workload = dir.join("chat.jsonl");
+    let lines: Vec<String> =
+        simulated.workloads[0].1.iter().map(|r| serde_json::to_string(r).unwrap()).collect();
+    let first_ids = simulated.workloads[0].1.iter().map(|r| match &r.nodes[0].kind {
+        blis_contracts::NodeKind::Llm(call) => match call.prompt.as_slice() {
+            [blis_contracts::PromptPart::TokenIds(ids)] => ids[0],
+            other => panic!("not exported as token ids: {other:?}"),
+        },
+        other => panic!("not an LLM call: {other:?}"),
+    });
+    assert!(first_ids.collect::<Vec<_>>().iter().all(|id| !(ERROR_MID_STREAM..=SLOW).contains(id)));
+    std::fs::write(&workload, lines.join("\n") + "\n").unwrap();
+    let mut config = config(&url, 131_072);
+    config.serving = simulated.calls_header.pools[0].serving.clone();
+    let real = dir.join("real.jsonl");
+    let summary = run_baseline(&config, &workload, &real).unwrap();
+    assert_eq!((summary.sent, summary.completed), (6, 6));
+    let sim_path = dir.join("sim.jsonl");
+    std::fs::write(&sim_path, simulated.calls_jsonl()).unwrap();
+    let read = |path: &Path| {
+        CallsFile::parse(&path.display().to_string(), &std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let runs = vec![
+        ("real".to_owned(), blis_actors::calls_comparison::Run::Calls(read(&real))),
+        ("sim".to_owned(), blis_actors::calls_comparison::Run::Calls(read(&sim_path))),
+    ];
+    // Same calls, arrivals and token counts, same serving settings: compared, not refused.
+    let comparison = blis_actors::calls_comparison::compare_runs(&runs, &[50.0]).unwrap();
+    let ttft = comparison.rows.iter().find(|r| r.metric == "ttft_ms" && r.statistic == "mean").unwrap();
+    let real_ttft = ttft.values[0].0.unwrap();
+    assert!(
+        (100.0..150.0).contains(&real_ttft),
+        "the mock's first token comes after 100 ms, not {real_ttft} ms"
+    );
+    assert!(ttft.values[1].1.unwrap() < -0.5, "the simulated H100 answers far sooner than the mock");
+    assert_eq!(comparison.paired.iter().find(|p| p.metric == "ttft_ms").unwrap().pairs, 6);
+}
+
 fn sha2_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
@@ -269,7 +342,7 @@ fn sha2_hex(bytes: &[u8]) -> String {
 
 #[test]
 fn workloads_it_cannot_replay_and_a_server_started_otherwise_are_refused_by_name() {
-    let url = start_mock();
+    let url = start_mock(4096);
     let dir = scratch("refusals");
     let refused = |name: &str, text: &str, max_model_len: u32| {
         let workload = dir.join(format!("{name}.jsonl"));
