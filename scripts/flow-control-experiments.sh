@@ -12,7 +12,8 @@ echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for v in $variants; do
     python3 - "$OUT/$v/calls.jsonl" "$v" <<'PY'
 import json, sys
-calls = [json.loads(line) for line in open(sys.argv[1]) if json.loads(line)["replication"] == 0]
+lines = [json.loads(line) for line in open(sys.argv[1])]
+calls = [c for c in lines[1:] if c["replication"] == 0]  # line 1 is the header
 priority = {"critical": 2, "standard": 1, "batch": -1, "background": -2}
 def pct(xs, q):
     xs = sorted(xs)

@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blis_contracts::{EngineIdentity, EngineKind, FieldError, RouterSpec, Scenario};
+use blis_contracts::{
+    EngineIdentity, EngineKind, FieldError, RouterSpec, Scenario, ServedPool, ServingSettings,
+};
 use blis_costmodel::{CostData, Pricer};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
 use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};
@@ -31,6 +33,8 @@ pub struct AssembledCluster {
     pub engines: Vec<ActorId>,
     /// The scenario with every default and derived fact filled in.
     pub resolved: serde_json::Value,
+    /// What serves the calls, pool by pool, for the `calls.jsonl` header.
+    pub served: Vec<ServedPool>,
     /// Upstream engines modelled.
     pub identities: Vec<EngineIdentity>,
     /// Requests the clients will send, when every source knows it in advance.
@@ -59,6 +63,8 @@ pub struct AssemblyOptions {
     pub base_dir: PathBuf,
     /// Whether clients keep every request they release (to export the workload).
     pub keep_released: bool,
+    /// Whether kept requests carry their prompts as token ids (`--export-workload --token-ids`).
+    pub released_token_ids: bool,
     /// A fault to inject, so a checked run can show its checks catch it (never set by `run`).
     pub fault: Option<Fault>,
 }
@@ -244,6 +250,7 @@ pub fn assemble(
             vocab_size,
             streams,
             keep_released: options.keep_released,
+            released_token_ids: options.released_token_ids,
             model: Arc::from(model),
             notify_done,
             ledger: ledger.clone(),
@@ -281,6 +288,30 @@ pub fn assemble(
         }).collect::<Vec<_>>(),
         "workload": scenario.workload,
     });
+    let served = pools
+        .iter()
+        .map(|p| {
+            let config = &p.plan.config;
+            ServedPool {
+                model: p.model.to_string(),
+                chip: p.chip.name.clone(),
+                serving: ServingSettings {
+                    engine: "vllm".to_owned(),
+                    engine_version: config.version.clone(),
+                    replicas: p.replicas,
+                    tensor_parallel_size: config.tensor_parallel_size,
+                    max_num_seqs: config.max_num_seqs,
+                    max_num_batched_tokens: config.max_num_batched_tokens,
+                    max_model_len: config.max_model_len,
+                    block_size: config.block_size,
+                    enable_prefix_caching: config.enable_prefix_caching,
+                    enable_chunked_prefill: config.enable_chunked_prefill,
+                    gpu_memory_utilization: config.gpu_memory_utilization,
+                    scheduling_policy: config.scheduling_policy.clone(),
+                },
+            }
+        })
+        .collect();
     let mut identities: Vec<EngineIdentity> = pools.iter().map(|p| p.plan.pool.engine.clone()).collect();
     identities.sort();
     identities.dedup();
@@ -289,6 +320,7 @@ pub fn assemble(
         clients,
         engines: engine_order,
         resolved,
+        served,
         identities,
         expected_requests,
         ledger,

@@ -1,6 +1,7 @@
-//! `calls.jsonl` written as calls settle: all of them, a uniform sample, or none; in every case
-//! the SHA-256 of the full file (as `all` would write it) is computed for the run's comparable
-//! digest, so record/replay checks do not depend on the selection.
+//! `calls.jsonl` written as calls settle: its header line first, then all of the calls, a
+//! uniform sample, or none; in every case the SHA-256 of every call record (as `all` would
+//! write them, header excluded) is computed for the run's comparable digest, so record/replay
+//! checks do not depend on the selection.
 
 use std::fmt;
 use std::fs::File;
@@ -8,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use blis_contracts::CallRecord;
+use blis_contracts::{CallRecord, CallsHeader, ServedPool};
 use blis_kernel::{Streams, Substream};
 use sha2::{Digest, Sha256};
 
@@ -65,6 +66,7 @@ impl fmt::Display for CallsOutError {
 
 /// Where replication 0's records go, as they settle.
 pub struct CallsOut {
+    header: CallsHeader,
     selection: CallSelection,
     file: Option<(PathBuf, BufWriter<File>)>,
     kept: Vec<CallRecord>,
@@ -77,8 +79,14 @@ pub struct CallsOut {
 
 impl CallsOut {
     /// Records selected by `selection`, streamed into `path` (created or truncated) or, without
-    /// a path, kept in memory for the caller; `seed` seeds the sample.
-    pub fn new(selection: CallSelection, path: Option<&Path>, seed: u64) -> Result<CallsOut, CallsOutError> {
+    /// a path, kept in memory for the caller, under `header` (its pools filled in by
+    /// [`CallsOut::begin`]); `seed` seeds the sample.
+    pub fn new(
+        selection: CallSelection,
+        path: Option<&Path>,
+        seed: u64,
+        header: CallsHeader,
+    ) -> Result<CallsOut, CallsOutError> {
         let file = match path.filter(|_| selection != CallSelection::None) {
             Some(path) => Some((
                 path.to_owned(),
@@ -89,6 +97,7 @@ impl CallsOut {
             None => None,
         };
         Ok(CallsOut {
+            header,
             selection,
             file,
             kept: Vec::new(),
@@ -98,6 +107,17 @@ impl CallsOut {
             line: Vec::new(),
             digest: Sha256::new(),
         })
+    }
+
+    /// Name what serves the calls and write the header line; before any record.
+    pub fn begin(&mut self, pools: Vec<ServedPool>) -> Result<(), CallsOutError> {
+        self.header.pools = pools;
+        if let Some((path, file)) = &mut self.file {
+            serde_json::to_writer(&mut *file, &self.header)
+                .map_err(|error| CallsOutError { path: path.clone(), error: error.into() })?;
+            file.write_all(b"\n").map_err(|error| CallsOutError { path: path.clone(), error })?;
+        }
+        Ok(())
     }
 
     /// One record, the next in file order.
@@ -130,9 +150,9 @@ impl CallsOut {
         Ok(())
     }
 
-    /// Write out the sample, flush the file; the records kept in memory and the SHA-256 (hex)
-    /// of every record in file order.
-    pub fn finish(mut self) -> Result<(Vec<CallRecord>, String), CallsOutError> {
+    /// Write out the sample, flush the file; the header, the records kept in memory and the
+    /// SHA-256 (hex) of every record in file order.
+    pub fn finish(mut self) -> Result<(CallsHeader, Vec<CallRecord>, String), CallsOutError> {
         self.reservoir.sort_by_key(|(index, _)| *index);
         for (_, record) in std::mem::take(&mut self.reservoir) {
             match &mut self.file {
@@ -148,7 +168,7 @@ impl CallsOut {
             file.flush().map_err(|error| CallsOutError { path: path.clone(), error })?;
         }
         let digest = self.digest.finalize();
-        Ok((self.kept, digest.iter().map(|b| format!("{b:02x}")).collect()))
+        Ok((self.header, self.kept, digest.iter().map(|b| format!("{b:02x}")).collect()))
     }
 }
 

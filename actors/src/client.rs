@@ -87,6 +87,8 @@ pub struct ClientWiring {
     pub streams: Streams,
     /// Whether to keep every request released, for exporting the workload.
     pub keep_released: bool,
+    /// Whether the kept requests carry every prompt as the token ids the client sent.
+    pub released_token_ids: bool,
     /// The model its requests name.
     pub model: Arc<str>,
     /// Whether to tell the router when it will send nothing more.
@@ -174,6 +176,8 @@ pub struct Client {
     arrived: u64,
     last_arrival_us: u64,
     released: Option<Vec<RequestSpec>>,
+    /// Whether kept requests carry their prompts as token ids.
+    released_token_ids: bool,
     model: Arc<str>,
     /// The fairness-id header its requests carry.
     fairness_id: Option<Arc<str>>,
@@ -193,6 +197,7 @@ impl Client {
             vocab_size,
             streams,
             keep_released,
+            released_token_ids,
             model,
             notify_done,
             ledger,
@@ -227,6 +232,7 @@ impl Client {
             arrived: 0,
             last_arrival_us: 0,
             released: keep_released.then(Vec::new),
+            released_token_ids,
             model,
             fairness_id,
             notify_done,
@@ -294,8 +300,13 @@ impl Client {
         self.arrived += 1;
         self.last_arrival_us = now_us;
         let spec = planned.spec;
-        if let Some(released) = &mut self.released {
-            released.push(RequestSpec { arrival_us: now_us, ..spec.clone() });
+        let kept = match &self.released {
+            Some(_) if self.released_token_ids => Some(self.with_token_ids(&spec)),
+            Some(_) => Some(spec.clone()),
+            None => None,
+        };
+        if let (Some(released), Some(kept)) = (&mut self.released, kept) {
+            released.push(RequestSpec { arrival_us: now_us, ..kept });
         }
         let n = spec.nodes.len();
         let mut children = vec![Vec::new(); n];
@@ -376,20 +387,64 @@ impl Client {
         }
     }
 
+    /// `spec` with every LLM prompt written as the one part of token ids this client sends for
+    /// it (history parts included: an earlier node's prompt and output ids are fixed in
+    /// advance), for `--export-workload --token-ids`.
+    fn with_token_ids(&self, spec: &RequestSpec) -> RequestSpec {
+        let mut resolved = spec.clone();
+        for (i, node) in resolved.nodes.iter_mut().enumerate() {
+            if let NodeKind::Llm(call) = &mut node.kind {
+                call.prompt = vec![PromptPart::TokenIds(self.prompt_of(spec, i))];
+            }
+        }
+        resolved
+    }
+
+    /// The prompt ids of LLM node `node` of `spec`, computed from the spec alone.
+    fn prompt_of(&self, spec: &RequestSpec, node: usize) -> Vec<u32> {
+        let NodeKind::Llm(call) = &spec.nodes[node].kind else { return Vec::new() };
+        let mut prompt = Vec::new();
+        for (j, part) in call.prompt.iter().enumerate() {
+            match part {
+                PromptPart::History(of) => {
+                    let earlier = spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
+                    prompt.extend(self.prompt_of(spec, earlier));
+                    if let NodeKind::Llm(earlier_call) = &spec.nodes[earlier].kind {
+                        prompt.extend(self.output_ids(&spec.id, of, earlier_call.output_tokens));
+                    }
+                }
+                own => self.own_part_ids(&spec.id, &spec.nodes[node].id, j, own, &mut prompt),
+            }
+        }
+        prompt
+    }
+
+    /// The ids of part `j` of a prompt that is not history, appended to `prompt`.
+    fn own_part_ids(&self, request: &str, node_id: &str, j: usize, part: &PromptPart, prompt: &mut Vec<u32>) {
+        match part {
+            PromptPart::Tokens(count) => {
+                let key = format!("{request}/{node_id}/{j}");
+                prompt.extend(self.token_ids(&self.component, "prompt-tokens", &key, *count));
+            }
+            PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
+            PromptPart::Shared { name, tokens } => {
+                prompt.extend(self.token_ids("workload", "shared-tokens", name, *tokens));
+            }
+            PromptPart::History(_) => unreachable!("history parts are resolved by the caller"),
+        }
+    }
+
+    /// The output ids of node `node_id` of request `request`, fixed in advance.
+    fn output_ids(&self, request: &str, node_id: &str, count: u32) -> impl Iterator<Item = u32> + use<> {
+        self.token_ids(&self.component, "output-tokens", &format!("{request}/{node_id}"), count)
+    }
+
     /// The prompt ids of an LLM node.
     fn prompt(&self, request: &LiveRequest, node: usize, call: &LlmCall) -> Vec<u32> {
         let mut prompt = Vec::new();
         let node_id = &request.spec.nodes[node].id;
         for (j, part) in call.prompt.iter().enumerate() {
             match part {
-                PromptPart::Tokens(count) => {
-                    let key = format!("{}/{node_id}/{j}", request.spec.id);
-                    prompt.extend(self.token_ids(&self.component, "prompt-tokens", &key, *count));
-                }
-                PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
-                PromptPart::Shared { name, tokens } => {
-                    prompt.extend(self.token_ids("workload", "shared-tokens", name, *tokens));
-                }
                 PromptPart::History(of) => {
                     let earlier =
                         request.spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
@@ -399,6 +454,7 @@ impl Client {
                     prompt.extend_from_slice(&exchange.prompt);
                     prompt.extend_from_slice(&exchange.output);
                 }
+                own => self.own_part_ids(&request.spec.id, node_id, j, own, &mut prompt),
             }
         }
         prompt
@@ -429,9 +485,8 @@ impl Client {
         let index = request.calls[node].expect("an LLM node has a call");
         let record = &self.calls[&index];
         let prompt: Arc<[u32]> = self.prompt(request, node, call).into();
-        let output_key = format!("{}/{}", request.spec.id, request.spec.nodes[node].id);
         let output: Arc<[u32]> =
-            self.token_ids(&self.component, "output-tokens", &output_key, call.output_tokens).collect();
+            self.output_ids(&request.spec.id, &request.spec.nodes[node].id, call.output_tokens).collect();
         let key = record.key;
         let engine_request = EngineRequest {
             key,

@@ -12,6 +12,7 @@
 //! and calibration.
 
 mod assembly;
+pub mod calls_comparison;
 mod calls_out;
 mod client;
 mod engine_host;

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use blis_contracts::{
-    Arrival, BuildRecord, CallRecord, ClientFrame, DataRecord, FieldError, FileHash, FrameRecord, METRICS,
-    PricingRecord, RESULT_SCHEMA, Rank, RankShares, ReplicationRecord, RequestSpec, RunResult, Scenario,
-    ScenarioRecord, SpreadRecord, StopRule, WarmUpRecord, bounds,
+    Arrival, BuildRecord, CALLS_SCHEMA, CallRecord, CallsHeader, ClientFrame, DataRecord, FieldError,
+    FileHash, FrameRecord, METRICS, PricingRecord, RESULT_SCHEMA, Rank, RankShares, ReplicationRecord,
+    RequestSpec, RunResult, Scenario, ScenarioRecord, SpreadRecord, StopRule, WarmUpRecord, Writer, bounds,
 };
 use blis_costmodel::CostData;
 use blis_kernel::{HostKind, KernelError, Observer, SimTime};
@@ -37,6 +37,9 @@ pub struct RunOptions {
     pub base_dir: Option<PathBuf>,
     /// Keep every request each client released, as it released it, for `--export-workload`.
     pub export_workload: bool,
+    /// Exported requests carry every prompt as the token ids the simulator sent (ids below the
+    /// smallest vocabulary served), for replay against a real server.
+    pub export_token_ids: bool,
     /// Overrides the frame's number of replications.
     pub replications: Option<u32>,
     /// Threads to run replications on (default: the machine's cores); never changes outputs.
@@ -69,6 +72,8 @@ pub struct Progress {
 pub struct RunOutput {
     /// The Result document.
     pub result: RunResult,
+    /// The first line of `calls.jsonl`.
+    pub calls_header: CallsHeader,
     /// Replication 0's call records as selected, in file order (`docs/RESULT.md`), when they
     /// were not streamed to a file.
     pub calls: Vec<CallRecord>,
@@ -88,9 +93,10 @@ impl RunOutput {
         bytes
     }
 
-    /// `calls.jsonl` exactly as written: one JSON object per line.
+    /// `calls.jsonl` exactly as written: the header, then one call record per line.
     pub fn calls_jsonl(&self) -> Vec<u8> {
-        let mut bytes = Vec::new();
+        let mut bytes = serde_json::to_vec(&self.calls_header).expect("headers serialise");
+        bytes.push(b'\n');
         for call in &self.calls {
             serde_json::to_writer(&mut bytes, call).expect("call records serialise");
             bytes.push(b'\n');
@@ -207,6 +213,7 @@ pub fn run_observed(
         host: options.host,
         base_dir: options.base_dir.clone().unwrap_or_default(),
         keep_released: options.export_workload,
+        released_token_ids: options.export_token_ids,
         fault: None,
     };
     let seeds: Vec<u64> = (0..replications).map(|r| replication_seed(seed, r)).collect();
@@ -237,11 +244,12 @@ pub fn run_observed(
             others.lock().expect("no worker panics holding the lock")[index as usize - 1] = Some(outcome);
         }
     };
-    let (first, observers, kept_calls, calls_sha256) = std::thread::scope(|scope| {
+    let (first, observers, (calls_header, kept_calls), calls_sha256) = std::thread::scope(|scope| {
         for _ in 1..threads.min(replications as usize) {
             scope.spawn(run_rest);
         }
-        let first = CallsOut::new(options.calls, options.calls_path.as_deref(), seed)
+        let header = calls_header(&scenario, text, seed, &assembly.base_dir);
+        let first = CallsOut::new(options.calls, options.calls_path.as_deref(), seed, header)
             .map_err(|e| RunError::Output(e.to_string()))
             .and_then(|mut calls| {
                 let (run, observers) = run_replication(
@@ -254,8 +262,8 @@ pub fn run_observed(
                     Some(&mut calls),
                     progress,
                 )?;
-                let (kept, digest) = calls.finish().map_err(|e| RunError::Output(e.to_string()))?;
-                Ok((run, observers, kept, digest))
+                let (header, kept, digest) = calls.finish().map_err(|e| RunError::Output(e.to_string()))?;
+                Ok((run, observers, (header, kept), digest))
             });
         // With one thread (or when the workers are slow) this thread takes the rest too.
         run_rest();
@@ -317,7 +325,10 @@ pub fn run_observed(
         instances: first.instances,
         simulation: first.simulation,
     };
-    Ok((RunOutput { result, calls: kept_calls, calls_sha256, workloads: first.workloads }, observers))
+    Ok((
+        RunOutput { result, calls_header, calls: kept_calls, calls_sha256, workloads: first.workloads },
+        observers,
+    ))
 }
 
 /// Refuse a run whose replications would together hold more per-token latencies than
@@ -361,6 +372,28 @@ fn check_held(scenario: &Scenario, replications: u32, from_flag: bool) -> Result
 
 /// The content hashes of the workload files the scenario names (already read and checked by the
 /// run, so each can be read again).
+/// The `calls.jsonl` header of a run of `scenario` (given as `text`) on `seed`, its pools not
+/// yet filled in; the workload hash is the replayed file's when the workload is one file.
+fn calls_header(scenario: &Scenario, text: &str, seed: u64, base_dir: &std::path::Path) -> CallsHeader {
+    let workload = &scenario.workload;
+    let one_file = match (workload.replays.as_slice(), &workload.inference_perf) {
+        ([replay], None) if workload.clients.is_empty() => std::fs::read(base_dir.join(&replay.path)).ok(),
+        _ => None,
+    };
+    let workload_sha256 = match one_file {
+        Some(bytes) => hex(&Sha256::digest(bytes)),
+        None => hex(&Sha256::digest(format!("{text}{seed}"))),
+    };
+    CallsHeader {
+        calls: CALLS_SCHEMA.to_owned(),
+        writer: Writer::Run,
+        blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        server: None,
+        pools: Vec::new(),
+        workload_sha256,
+    }
+}
+
 fn workload_files(scenario: &Scenario, base_dir: &std::path::Path) -> Vec<FileHash> {
     let workload = &scenario.workload;
     let paths =

@@ -113,6 +113,7 @@ fn kv_blocks_are_conserved_after_every_step_under_preemption() {
             host: HostKind::Inline,
             base_dir: ".".into(),
             keep_released: false,
+            released_token_ids: false,
             fault: None,
         },
     )

@@ -40,6 +40,15 @@ const MIXED: &str = r#"
 "#;
 
 fn run_text(text: &str, base_dir: Option<PathBuf>, export_workload: bool) -> Result<RunOutput, RunError> {
+    run_exporting(text, base_dir, export_workload, false)
+}
+
+fn run_exporting(
+    text: &str,
+    base_dir: Option<PathBuf>,
+    export_workload: bool,
+    export_token_ids: bool,
+) -> Result<RunOutput, RunError> {
     run(
         text,
         RunOptions {
@@ -47,6 +56,7 @@ fn run_text(text: &str, base_dir: Option<PathBuf>, export_workload: bool) -> Res
             host: HostKind::Inline,
             base_dir,
             export_workload,
+            export_token_ids,
             replications: Some(1),
             threads: None,
             build: None,
@@ -83,6 +93,33 @@ fn an_exported_workload_replays_to_the_same_calls_and_metrics() {
     assert_eq!(comparable(&replayed.calls), comparable(&original.calls));
     assert_eq!(replayed.result.metrics, original.result.metrics);
     assert_eq!(replayed.result.fates, original.result.fates);
+}
+
+#[test]
+fn a_workload_exported_as_token_ids_replays_to_the_same_calls() {
+    let original = run_exporting(&scenario("", MIXED), None, true, true).unwrap();
+    let dir = scratch("export-token-ids");
+    let mut replays = String::from("  replays:\n");
+    let mut histories = 0;
+    for (client, requests) in &original.workloads {
+        for request in requests {
+            for (node, call) in request.calls() {
+                let [blis_contracts::PromptPart::TokenIds(ids)] = call.prompt.as_slice() else {
+                    panic!("{}/{}: the prompt is not one part of token ids", request.id, node.id)
+                };
+                // Llama-3.1-8B's vocabulary (common::one_pool's model) bounds every id.
+                assert!(ids.iter().all(|&id| id < 128_256));
+                histories += usize::from(!node.parents.is_empty());
+            }
+        }
+        let lines: Vec<String> = requests.iter().map(|r| serde_json::to_string(r).unwrap()).collect();
+        std::fs::write(dir.join(format!("{client}.jsonl")), lines.join("\n") + "\n").unwrap();
+        replays.push_str(&format!("    - {{ name: {client}, path: {client}.jsonl }}\n"));
+    }
+    assert!(histories > 0, "later turns (history parts) were exported as ids too");
+    let replayed = run_text(&scenario("", &replays), Some(dir), false).unwrap();
+    assert_eq!(comparable(&replayed.calls), comparable(&original.calls));
+    assert_eq!(replayed.result.metrics, original.result.metrics);
 }
 
 #[test]
@@ -199,8 +236,13 @@ fn timeouts_abort_at_the_engine_and_free_its_blocks_and_every_call_has_one_fate(
     }
     // Run the same cluster to its end and look inside the engine: nothing is held.
     let scenario = Scenario::parse(&text).unwrap();
-    let options =
-        AssemblyOptions { host: HostKind::Inline, base_dir: ".".into(), keep_released: false, fault: None };
+    let options = AssemblyOptions {
+        host: HostKind::Inline,
+        base_dir: ".".into(),
+        keep_released: false,
+        released_token_ids: false,
+        fault: None,
+    };
     let mut cluster = assemble(&scenario, 21, &CostData::embedded(), &options).unwrap();
     cluster.simulation.run().unwrap();
     let mut finished = cluster.simulation.finish();

@@ -6,6 +6,8 @@
 mod bench;
 mod calibrate;
 mod compare;
+mod compare_runs;
+mod draw;
 mod fit;
 mod listing;
 mod logging;
@@ -15,6 +17,7 @@ mod summary;
 mod swarm;
 mod sweep;
 mod trace;
+mod tradeoff;
 mod validate;
 
 use std::fs::File;
@@ -85,6 +88,10 @@ enum Command {
         /// replaying those files (`workload.replays`) gives the same calls and metrics.
         #[arg(long, value_name = "DIR")]
         export_workload: Option<PathBuf>,
+        /// Export every prompt as the token ids the simulator sent (one `token_ids` part per
+        /// call, ids below the model's vocabulary size), for `baseline` to replay.
+        #[arg(long, requires = "export_workload")]
+        token_ids: bool,
         #[command(flatten)]
         data: DataArgs,
         /// No progress bar.
@@ -133,6 +140,53 @@ enum Command {
         threads: Option<usize>,
         #[command(flatten)]
         data: DataArgs,
+    },
+    /// Replay a workload against a real OpenAI-compatible server (vLLM) and record what its
+    /// client saw, in the calls.jsonl format (docs/VALIDATION.md).
+    Baseline {
+        /// The server: URL, model, chip and serving settings (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// The workload (JSONL; one LLM call per request, prompts as token ids: `run
+        /// --export-workload DIR --token-ids` writes it).
+        #[arg(long)]
+        workload: PathBuf,
+        /// Where to write the calls; must not exist.
+        #[arg(long)]
+        output_jsonl: PathBuf,
+    },
+    /// Put runs side by side: `calls.jsonl` files (real or simulated) of the same work, the
+    /// first the reference (or an inference-perf summary as the reference); per metric the mean
+    /// and percentiles with their relative error, and paired per-call errors.
+    Compare {
+        /// Runs as NAME=PATH, the reference first.
+        #[arg(required = true, num_args = 2.., value_name = "NAME=PATH")]
+        runs: Vec<String>,
+        /// Percentiles to report, e.g. 50,95,99.
+        #[arg(long, value_delimiter = ',', default_values_t = blis_actors::calls_comparison::DEFAULT_PERCENTILES)]
+        percentiles: Vec<f64>,
+        /// Print the comparison as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Draw runs on one figure: latency CDFs (default), a paired scatter against the first run
+    /// with the y = x line, or throughput and cumulative output over time; PNG, SVG or PDF by
+    /// the output's extension.
+    Draw {
+        /// The figure (.png, .svg or .pdf).
+        #[arg(long)]
+        output: PathBuf,
+        /// Runs as NAME=PATH (calls.jsonl files of the same work), the reference first.
+        #[arg(required = true, num_args = 1.., value_name = "NAME=PATH")]
+        runs: Vec<String>,
+        /// What to draw.
+        #[arg(long, value_enum, default_value_t = draw::View::Cdf)]
+        view: draw::View,
+        /// One panel per metric, e.g. ttft_ms,e2e_ms (cdf and scatter: ttft_ms, tpot_ms, itl_ms,
+        /// e2e_ms, normalized_e2e_ms, request_e2e_ms; timeseries: output_tokens_per_s,
+        /// requests_per_s, output_tokens).
+        #[arg(long, value_delimiter = ',')]
+        metrics: Vec<String>,
     },
     /// Run seeded random scenarios with every invariant checked after every instant
     /// (docs/INVARIANTS.md); each failure is printed as the line that reproduces it.
@@ -417,6 +471,7 @@ fn main() -> ExitCode {
             trace_filter,
             record,
             export_workload,
+            token_ids,
             data,
             quiet,
         } => {
@@ -440,6 +495,7 @@ fn main() -> ExitCode {
                     host: host.kind(),
                     base_dir,
                     export_workload: export,
+                    export_token_ids: token_ids,
                     replications,
                     threads,
                     build: Some(build_record()),
@@ -469,6 +525,20 @@ fn main() -> ExitCode {
             ),
             Err(message) => fail(2, message),
         },
+        Command::Baseline { config, workload, output_jsonl } => baseline(&config, &workload, &output_jsonl),
+        Command::Draw { output, runs, view, metrics } => {
+            match compare_runs::read_runs(&runs)
+                .map_err(|e| e.to_string())
+                .and_then(|runs| draw::draw(&runs, view, &metrics, &output))
+            {
+                Ok(()) => {
+                    eprintln!("wrote {}", output.display());
+                    ExitCode::SUCCESS
+                }
+                Err(message) => fail(2, message),
+            }
+        }
+        Command::Compare { runs, percentiles, json } => compare_runs(&runs, &percentiles, json),
         Command::Bench { cases, print_scenario, out } => bench::bench(&cases, print_scenario, &out),
         Command::FitWorkload { trace, format, out } => fit::fit_workload(&trace, format, out.as_deref()),
         Command::Swarm { seed, count, fault, no_determinism } => {
@@ -791,6 +861,50 @@ fn compare_configs(a: &Path, b: &Path, options: RunOptions, data: &CostData) -> 
     }
 }
 
+fn baseline(config: &Path, workload: &Path, output: &Path) -> ExitCode {
+    let source = config.display().to_string();
+    let config = match std::fs::read_to_string(config) {
+        Ok(text) => match blis_baseline::BaselineConfig::parse(&source, &text) {
+            Ok(config) => config,
+            Err(error) => return fail(2, error),
+        },
+        Err(error) => return fail(2, format_args!("{source}: cannot read the config: {error}")),
+    };
+    eprintln!("replaying {} against {} in real time", workload.display(), config.url);
+    match blis_baseline::run_baseline(&config, workload, output) {
+        Ok(summary) => {
+            println!(
+                "sent {} calls: {} completed, {} timed out, {} dropped; the latest send was {:.1} ms after its scheduled arrival",
+                summary.sent,
+                summary.completed,
+                summary.timed_out,
+                summary.dropped,
+                summary.max_send_lag_us as f64 / 1e3
+            );
+            eprintln!("wrote {}", output.display());
+            ExitCode::SUCCESS
+        }
+        Err(error @ blis_baseline::BaselineError::Input(_)) => fail(2, error),
+        Err(error) => fail(1, error),
+    }
+}
+
+fn compare_runs(specs: &[String], percentiles: &[f64], json: bool) -> ExitCode {
+    let comparison = compare_runs::read_runs(specs)
+        .and_then(|runs| blis_actors::calls_comparison::compare_runs(&runs, percentiles));
+    match comparison {
+        Ok(comparison) if json => {
+            println!("{}", serde_json::to_string_pretty(&comparison).expect("comparisons serialise"));
+            ExitCode::SUCCESS
+        }
+        Ok(comparison) => {
+            print!("{}", compare_runs::render(&comparison));
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(2, error),
+    }
+}
+
 fn trace_check(file: &Path) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
@@ -869,6 +983,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         host,
         base_dir,
         export_workload: false,
+        export_token_ids: false,
         replications: inputs.replications,
         threads: None,
         build: None,

@@ -106,6 +106,7 @@ pub fn run_sweep(
         ));
     };
     let header = SweepHeader::of(&spec);
+    picture(&header, &rows, target.as_ref(), out)?;
     let mut text = table(&header, &rows);
     if let (Some((metric, goal)), Some(args)) = (target, best_args) {
         let report = rank(&spec, &rows, &metric, goal, args.alpha, out, options, data, quiet)?;
@@ -148,12 +149,26 @@ pub fn run_merge(
         }
     }
     let (header, rows) = merge(dirs, out)?;
+    picture(&header, &rows, target.as_ref(), out)?;
     let mut text = table(&header, &rows);
     if let (Some((metric, goal)), Some(args), Some(spec)) = (target, best_args, spec) {
         let report = rank(&spec, &rows, &metric, goal, args.alpha, out, options, data, quiet)?;
         text.push_str(&render_best(&report));
     }
     Ok(text)
+}
+
+/// The sweep's trade-off picture, `tradeoff.svg` and `tradeoff.png`, on `--best`'s figure
+/// (p99 TTFT without it).
+fn picture(
+    header: &SweepHeader,
+    rows: &[PointRecord],
+    target: Option<&(String, Goal)>,
+    out: &Path,
+) -> Result<(), Failure> {
+    let figure = target.map_or("ttft_ms.p99", |(metric, _)| metric.as_str());
+    crate::tradeoff::write(&crate::tradeoff::sweep_figure(&header.axes, rows, figure), out, "tradeoff")
+        .map_err(Failure::Failed)
 }
 
 /// Select the best point on `metric`, re-run it on fresh seeds, write `best.json`.
@@ -282,6 +297,8 @@ pub fn run_capacity(
         std::fs::create_dir_all(out).map_err(|e| Failure::Failed(format!("{}: {e}", out.display())))?;
         std::fs::write(out.join("capacity.json"), json_bytes(&report))
             .map_err(|e| Failure::Failed(format!("{}: {e}", out.join("capacity.json").display())))?;
+        crate::tradeoff::write(&crate::tradeoff::capacity_figure(&report), out, "capacity")
+            .map_err(Failure::Failed)?;
     }
     Ok(render_capacity(&report))
 }

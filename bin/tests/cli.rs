@@ -62,8 +62,14 @@ fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
     assert_eq!(result["schema"], "blis-actor/result/v1");
     assert_eq!(result["seed"], 3);
     let calls = std::fs::read_to_string(out.join("calls.jsonl")).unwrap();
-    assert_eq!(calls.lines().count(), 50);
-    let first: serde_json::Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(calls.lines().count(), 51, "the header and 50 calls");
+    let header: serde_json::Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (&header["calls"], &header["writer"]),
+        (&"blis-actor/calls/v1".into(), &"blis-actor run".into())
+    );
+    assert_eq!(header["pools"][0]["serving"]["max_num_seqs"], 1024, "{header}");
+    let first: serde_json::Value = serde_json::from_str(calls.lines().nth(1).unwrap()).unwrap();
     assert_eq!(first["request_id"], "a-0");
     assert_eq!(
         first["token_latency_us"].as_array().unwrap().len() as u64,
@@ -349,11 +355,11 @@ fn calls_are_streamed_all_sampled_or_none_and_a_bad_selection_is_refused() {
     let (result, all) = run("calls-all", &[]);
     let all = String::from_utf8(all.expect("all is the default")).unwrap();
     let lines: Vec<&str> = all.lines().collect();
-    assert_eq!(lines.len(), 50);
+    assert_eq!(lines.len(), 51, "the header and 50 calls");
     let (sampled_result, sample) = run("calls-sample", &["--calls", "sample", "7"]);
     let sample = String::from_utf8(sample.unwrap()).unwrap();
     let sampled: Vec<&str> = sample.lines().collect();
-    assert_eq!(sampled.len(), 7);
+    assert_eq!(sampled.len(), 8, "the header and 7 calls");
     // A sample keeps the file's order and its lines are the full file's lines.
     let positions: Vec<usize> = sampled.iter().map(|l| lines.iter().position(|a| a == l).unwrap()).collect();
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");

@@ -123,14 +123,43 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
     assert_eq!(json["rows"][4]["values"][0]["value"], 2);
     assert_eq!(json["rows"][4]["estimates"]["ttft_ms.p99"]["n"], 2);
     // Ranked at the merge: the spec it names must be the one the shards ran.
-    let output = blis_actor(&["merge", &shards[0], &shards[1], &shards[2], &shards[3], "--out", dir.join("m1").to_str().unwrap(), "--best", "ttft_p99_ms", "--spec", &fixture("grid.yaml")]);
+    let output = blis_actor(&[
+        "merge",
+        &shards[0],
+        &shards[1],
+        &shards[2],
+        &shards[3],
+        "--out",
+        dir.join("m1").to_str().unwrap(),
+        "--best",
+        "ttft_p99_ms",
+        "--spec",
+        &fixture("grid.yaml"),
+    ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("not the spec these shards ran"));
     assert!(!dir.join("m1").exists(), "nothing is written for a wrong spec");
     let ranked = dir.join("ranked");
-    let printed = ok(&blis_actor(&["merge", &shards[0], &shards[1], &shards[2], &shards[3], "--out", ranked.to_str().unwrap(), "--best", "ttft_p99_ms", "--spec", &spec, "--quiet"]));
-    assert!(printed.contains("best on ttft_ms.p99 (Minimize, false-winner chance at most 0.05):"), "{printed}");
-    let best: serde_json::Value = serde_json::from_slice(&std::fs::read(ranked.join("best.json")).unwrap()).unwrap();
+    let printed = ok(&blis_actor(&[
+        "merge",
+        &shards[0],
+        &shards[1],
+        &shards[2],
+        &shards[3],
+        "--out",
+        ranked.to_str().unwrap(),
+        "--best",
+        "ttft_p99_ms",
+        "--spec",
+        &spec,
+        "--quiet",
+    ]));
+    assert!(
+        printed.contains("best on ttft_ms.p99 (Minimize, false-winner chance at most 0.05):"),
+        "{printed}"
+    );
+    let best: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ranked.join("best.json")).unwrap()).unwrap();
     assert_eq!(best["fresh"]["replications"], 2);
     // A shard missing, or given twice, is refused.
     let output =

@@ -3,13 +3,14 @@
 //! The scenario a user writes ([`Scenario`], with its [`Workload`]), the engine contract an engine
 //! port and the cost model meet in ([`PoolPlan`], [`StepShape`], the [`Environment`] trait), the
 //! model facts both read ([`ModelArchitecture`]), and what a run writes ([`RunResult`] for
-//! `result.json`, [`CallRecord`] for `calls.jsonl`). Nothing here simulates anything; the only
+//! `result.json`, [`CallsHeader`] and [`CallRecord`] for `calls.jsonl`). Nothing here simulates anything; the only
 //! logic is validation, and every refusal is a [`FieldError`] naming the field's path, the
 //! value and the cause. Documents outside the kernel carry time as integer microseconds in
 //! fields named `*_us`.
 
 pub mod bounds;
 mod call;
+mod calls_header;
 mod engine;
 mod error;
 mod frame;
@@ -25,6 +26,7 @@ mod workload;
 pub mod yaml;
 
 pub use call::{CallRecord, Fate};
+pub use calls_header::{CALLS_SCHEMA, CallsFile, CallsHeader, ServedPool, ServingSettings, Writer};
 pub use engine::{
     EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepGraph,
     StepMode, StepPrice, StepRequest, StepShape, StepTotals,

@@ -25,6 +25,10 @@ fn render() -> String {
          When a replication is overloaded its latency summaries are withheld, and `withheld` says\n\
          why (`frame.acceptance.allow_overload: true` reports them anyway); when an acceptance\n\
          condition fails, every figure is withheld.\n\n\
+         `blis-actor compare` and `draw` (`docs/VALIDATION.md`) compute the same definitions from\n\
+         a `calls.jsonl`, real or simulated, with the whole file as the window (no warm-up is\n\
+         cut) and any percentile asked for (the same histogram); they report the latency\n\
+         metrics, `makespan_s`, `output_tokens_per_s` and `requests_per_s`.\n\n\
          ## Overload\n\n\
          A replication is overloaded when any of these holds (`docs/RELIABILITY.md` gives the\n\
          reasons):\n\n\

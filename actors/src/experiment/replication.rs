@@ -122,6 +122,9 @@ pub fn run_replication(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(ReplicationRun, Observers), RunError> {
     let cluster = assemble(scenario, seed, data, options).map_err(RunError::Input)?;
+    if let Some(out) = calls.as_deref_mut() {
+        out.begin(cluster.served.clone()).map_err(|e| RunError::Output(e.to_string()))?;
+    }
     let frame = &scenario.frame;
     let mut tally = Tally::new(frame.run_kind(), frame.warm_up(), frame.slo);
     let mut account = |records: Vec<CallRecord>, calls: &mut Option<&mut CallsOut>| -> Result<(), RunError> {

@@ -36,6 +36,18 @@ pub struct CheckedRun {
     pub violations: Vec<String>,
 }
 
+/// The header of a swarm run's calls, which are kept in memory and never written.
+fn swarm_header() -> blis_contracts::CallsHeader {
+    blis_contracts::CallsHeader {
+        calls: blis_contracts::CALLS_SCHEMA.to_owned(),
+        writer: blis_contracts::Writer::Run,
+        blis_actor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        server: None,
+        pools: Vec::new(),
+        workload_sha256: String::new(),
+    }
+}
+
 /// Run `scenario` once with seed `seed`, every invariant checked.
 pub fn run_checked(
     scenario: &Scenario,
@@ -47,10 +59,12 @@ pub fn run_checked(
         host: HostKind::Inline,
         base_dir: ".".into(),
         keep_released: false,
+        released_token_ids: false,
         fault: options.fault,
     };
     // Every call record, kept in memory in file order (no file is written).
-    let mut calls_out = CallsOut::new(CallSelection::All, None, seed).expect("no file to open");
+    let mut calls_out =
+        CallsOut::new(CallSelection::All, None, seed, swarm_header()).expect("no file to open");
     let checker: crate::run::Observers = vec![Box::new(Checker::for_run())];
     let outcome =
         run_replication(scenario, 0, seed, data, &assembly, checker, Some(&mut calls_out), &mut |_| {});
@@ -68,7 +82,7 @@ pub fn run_checked(
             return Ok(failed(format!("I8 the call records could not be kept: {error}")));
         }
     };
-    let (calls, calls_digest) = calls_out.finish().expect("records kept in memory");
+    let (_, calls, calls_digest) = calls_out.finish().expect("records kept in memory");
     let report = observers
         .into_iter()
         .next()
@@ -89,10 +103,11 @@ pub fn run_checked(
     if options.determinism && checked.violations.is_empty() {
         let host = if seed.is_multiple_of(4) { HostKind::Tasks } else { HostKind::Inline };
         let again = AssemblyOptions { host, ..assembly };
-        let mut rerun_calls = CallsOut::new(CallSelection::None, None, seed).expect("no file to open");
+        let mut rerun_calls =
+            CallsOut::new(CallSelection::None, None, seed, swarm_header()).expect("no file to open");
         let rerun =
             run_replication(scenario, 0, seed, data, &again, Vec::new(), Some(&mut rerun_calls), &mut |_| {});
-        let rerun_digest = rerun_calls.finish().map(|(_, digest)| digest).ok();
+        let rerun_digest = rerun_calls.finish().map(|(_, _, digest)| digest).ok();
         match rerun {
             Ok((rerun, _))
                 if rerun.fates == run.fates && rerun_digest.as_deref() == Some(calls_digest.as_str()) => {}

@@ -223,6 +223,7 @@ fn simulate(text: &str, data: &CostData, dir: &Path) -> Result<FuzzOutcome, Fiel
         host: blis_kernel::HostKind::Inline,
         base_dir: dir.to_path_buf(),
         keep_released: false,
+        released_token_ids: false,
         fault: None,
     };
     let mut cluster = assemble(&scenario, scenario.seed.unwrap_or(1), data, &options)?;

@@ -178,6 +178,7 @@ impl Base {
             host: HostKind::Inline,
             base_dir: self.dir.clone(),
             keep_released: false,
+            released_token_ids: false,
             fault: None,
         };
         match assemble(&scenario, self.seed, data, &options) {
