@@ -11,6 +11,9 @@ use blis_plots::{Figure, Format, Panel, Series, Style, render};
 /// Most panels a sweep's picture draws (the rest are left out, and the title says so).
 const MAX_PANELS: usize = 12;
 
+/// One point of a line: x, the mean, and its interval's half-width.
+type Estimated = (f64, f64, Option<f64>);
+
 /// Write `figure` as `<stem>.svg` and `<stem>.png` in `dir`.
 pub fn write(figure: &Figure, dir: &Path, stem: &str) -> Result<(), String> {
     for (format, extension) in [(Format::Svg, "svg"), (Format::Png, "png")] {
@@ -23,7 +26,7 @@ pub fn write(figure: &Figure, dir: &Path, stem: &str) -> Result<(), String> {
 
 /// The means and the ends of their intervals (at `level`, e.g. `95%`) against x, as three
 /// series.
-fn interval_series(points: &[(f64, f64, Option<f64>)], level: &str) -> Vec<Series> {
+fn interval_series(points: &[Estimated], level: &str) -> Vec<Series> {
     let mut series =
         vec![Series { name: "mean".into(), points: points.iter().map(|&(x, m, _)| (x, m)).collect() }];
     if points.iter().any(|p| p.2.is_some()) {
@@ -39,7 +42,7 @@ fn interval_series(points: &[(f64, f64, Option<f64>)], level: &str) -> Vec<Serie
 /// were overloaded or lack the figure are left out.
 pub fn sweep_figure(axes: &[String], rows: &[PointRecord], figure: &str) -> Figure {
     let Some(first) = axes.first() else { return Figure { panels: Vec::new() } };
-    let mut groups: Vec<(String, Vec<(f64, f64, Option<f64>)>)> = Vec::new();
+    let mut groups: Vec<(String, Vec<Estimated>)> = Vec::new();
     let mut left_out = 0;
     for (position, row) in rows.iter().enumerate() {
         let x = row
@@ -105,7 +108,7 @@ pub fn capacity_figure(report: &CapacityReport) -> Figure {
         .iter()
         .enumerate()
         .map(|(k, objective)| {
-            let points: Vec<(f64, f64, Option<f64>)> = judged
+            let points: Vec<Estimated> = judged
                 .iter()
                 .filter_map(|j| j.judgements[k].estimate.map(|e| (j.info.gpus as f64, e.mean, e.half_width)))
                 .collect();

@@ -93,6 +93,10 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
     assert_eq!(a.iter().map(|f| &f.0).collect::<Vec<_>>(), b.iter().map(|f| &f.0).collect::<Vec<_>>());
     assert!(a == b, "the merged sweep differs from the one-process sweep");
     assert_eq!(a.iter().filter(|(name, _)| name.ends_with("result.json")).count(), 6);
+    // The trade-off picture, drawn from the rows: the same bytes either way.
+    let file = |name: &str| &a.iter().find(|(n, _)| n == name).expect("the picture is written").1;
+    assert!(file("tradeoff.png").starts_with(b"\x89PNG"));
+    assert!(String::from_utf8_lossy(file("tradeoff.svg")).contains("<svg"));
     // Point 0004's Result is a plain run of its scenario.
     let plain = dir.join("plain");
     let scenario = whole.join("points/0004/scenario.yaml");
@@ -292,6 +296,9 @@ fn capacity_answers_with_the_points_tried_and_why_each_was_rejected() {
         assert_eq!(judged["reasons"].as_array().unwrap().is_empty(), meets, "{judged}");
     }
     assert_eq!(report["fresh"]["verdict"], "meets", "{report}");
+    assert!(std::fs::read(dir.join("capacity.png")).unwrap().starts_with(b"\x89PNG"));
+    let svg = std::fs::read_to_string(dir.join("capacity.svg")).unwrap();
+    assert!(svg.contains("target 60"), "the SLO line is drawn and named");
     let _ = std::fs::remove_dir_all(dir);
 }
 
