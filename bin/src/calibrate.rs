@@ -48,19 +48,41 @@ pub fn calibrate(
     let full = fit(data, &experiments, &terms, None, options, &mut report_full).map_err(|e| e.to_string())?;
     let _ = writeln!(
         report,
-        "fitted on {} experiments ({} evaluations), objective {:.5}",
+        "fitted on {} experiments ({} evaluations), objective {:.5}; {}",
         experiments.len(),
         full.evaluations,
-        full.objective
+        full.objective,
+        convergence(&full)
     );
-    // Each experiment left out in turn, starting from the full fit: the spread of these fits is
-    // the bundle's uncertainty (a jackknife over experiments).
+    // The identification at the full fit: which terms the runs pin, and which they confuse.
+    let mut report_identification = |evaluation: usize| {
+        if evaluation.is_multiple_of(10) {
+            eprintln!("calibrate: identification: evaluation {evaluation}");
+        }
+    };
+    let identification = if options.identification {
+        Some(
+            blis_actors::experiment::calibration::identification(
+                data,
+                &experiments,
+                &full,
+                options,
+                &mut report_identification,
+            )
+            .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
+    // Each model left out in turn (each experiment, when all serve one model), starting from the
+    // full fit: the spread of these fits is the bundle's uncertainty, and each is the fit a
+    // `validate-real --leave-one-out` of the held-out runs uses.
     let leave_out = CalibrationOptions { evaluations: options.evaluations / 3, ..options.clone() };
     let mut samples = Vec::new();
     let mut jackknife: Vec<Fit> = Vec::new();
-    for (i, experiment) in experiments.iter().enumerate() {
-        let rest: Vec<Experiment> =
-            experiments.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, e)| e.clone()).collect();
+    let folds = held_out_folds(&experiments);
+    for (i, (label, held)) in folds.iter().enumerate() {
+        let rest: Vec<Experiment> = experiments.iter().filter(|e| !held(e)).cloned().collect();
         let rest_terms = terms_for(&rest, data);
         let start: Vec<f64> = rest_terms
             .iter()
@@ -72,15 +94,21 @@ pub fn calibrate(
                     .map_or(0.5, |(_, s)| s)
             })
             .collect();
-        let mut report_fit = progress(
-            format!("fit {}/{} without {}", i + 1, experiments.len(), experiment.name),
-            leave_out.evaluations,
-        );
+        let mut report_fit =
+            progress(format!("fit {}/{} {label}", i + 1, folds.len()), leave_out.evaluations);
         let fit = fit(data, &rest, &rest_terms, Some(&start), &leave_out, &mut report_fit)
             .map_err(|e| e.to_string())?;
+        let _ = writeln!(
+            report,
+            "{label}: {} experiments, objective {:.5}; {}; terms no training run identifies (kept from beneath the bundle): {}",
+            rest.len(),
+            fit.objective,
+            convergence(&fit),
+            unidentified(&terms, &rest_terms)
+        );
         samples.push(CoefficientSample {
             bundle: BUNDLE.to_owned(),
-            label: format!("fitted without {}", experiment.name),
+            label: label.clone(),
             params: fit
                 .values
                 .iter()
@@ -93,10 +121,10 @@ pub fn calibrate(
     }
     let _ = writeln!(
         report,
-        "{:<38} {:>12} {:>26} {:>12}",
-        "term", "value", "range leaving one out", "literature"
+        "{:<38} {:>12} {:>12} {:>26} {:>12} {:>36}",
+        "term", "value", "std error", "range over the folds", "literature", "most correlated with"
     );
-    for (term, value) in &full.values {
+    for (i, (term, value)) in full.values.iter().enumerate() {
         let others: Vec<f64> = jackknife
             .iter()
             .filter_map(|f| f.values.iter().find(|(t, _)| t.name == term.name).map(|(_, v)| *v))
@@ -104,10 +132,17 @@ pub fn calibrate(
         let (low, high) =
             others.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
         let literature = term.prior.map_or("-".to_owned(), |p| format!("{:.4}", p.centre));
+        let (error, partner) = match &identification {
+            None => ("-".to_owned(), "-".to_owned()),
+            Some(id) => (
+                id.standard_errors[i].map_or_else(|| "not identified".to_owned(), |e| format!("{e:.4}")),
+                id.strongest_partner(i).map_or_else(|| "-".to_owned(), |(name, c)| format!("{name} {c:+.2}")),
+            ),
+        };
         let _ = writeln!(
             report,
-            "{:<38} {:>12.4} {:>12.4} – {:<12.4} {:>12}",
-            term.name, value, low, high, literature
+            "{:<38} {:>12.4} {:>12} {:>12.4} – {:<12.4} {:>12} {:>36}",
+            term.name, value, error, low, high, literature, partner
         );
     }
     let registry = calibrated_registry(&data.registry, &full.values, &experiments)
@@ -116,4 +151,66 @@ pub fn calibrate(
     std::fs::write(out, registry.to_yaml()).map_err(|e| format!("{}: cannot write: {e}", out.display()))?;
     let _ = writeln!(report, "wrote {}", out.display());
     Ok(report)
+}
+
+/// The held-out folds of a calibration on `experiments`: one per model, labelled
+/// `fitted without model M`, when they serve more than one model; otherwise one per experiment,
+/// `fitted without E`.
+fn held_out_folds(experiments: &[Experiment]) -> Vec<(String, Box<dyn Fn(&Experiment) -> bool>)> {
+    let mut models: Vec<String> = experiments.iter().map(|e| e.model.clone()).collect();
+    models.sort();
+    models.dedup();
+    if models.len() > 1 {
+        models
+            .into_iter()
+            .map(|model| {
+                let label = model_fold_label(&model);
+                let held: Box<dyn Fn(&Experiment) -> bool> = Box::new(move |e| e.model == model);
+                (label, held)
+            })
+            .collect()
+    } else {
+        experiments
+            .iter()
+            .map(|experiment| {
+                let name = experiment.name.clone();
+                let label = experiment_fold_label(&name);
+                let held: Box<dyn Fn(&Experiment) -> bool> = Box::new(move |e| e.name == name);
+                (label, held)
+            })
+            .collect()
+    }
+}
+
+/// The uncertainty sample's label of the fit that left out every run of `model`.
+pub fn model_fold_label(model: &str) -> String {
+    format!("fitted without model {model}")
+}
+
+/// The uncertainty sample's label of the fit that left out the one experiment `name`.
+pub fn experiment_fold_label(name: &str) -> String {
+    format!("fitted without {name}")
+}
+
+/// The names of `all`'s terms missing from `fitted`, or `none`.
+fn unidentified(
+    all: &[blis_actors::experiment::calibration::Term],
+    fitted: &[blis_actors::experiment::calibration::Term],
+) -> String {
+    let missing: Vec<&str> =
+        all.iter().filter(|t| !fitted.iter().any(|f| f.name == t.name)).map(|t| t.name).collect();
+    if missing.is_empty() { "none".to_owned() } else { missing.join(", ") }
+}
+
+/// A fit's convergence, for the report.
+fn convergence(fit: &Fit) -> String {
+    let c = &fit.convergence;
+    format!(
+        "{} after {} simplices (last {}; final simplex: objectives within {:.2e}, vertices within {:.2e} of the best in unit-cube coordinates)",
+        if c.converged { "converged" } else { "NOT converged" },
+        c.simplices,
+        c.last_stop.as_str(),
+        c.final_spread,
+        c.final_diameter
+    )
 }

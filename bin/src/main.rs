@@ -229,8 +229,9 @@ enum Command {
         /// Shorten every stage to at most this many seconds (same rates).
         #[arg(long)]
         stage_cap_s: Option<f64>,
-        /// Validate each experiment with the registry's uncertainty sample fitted without it
-        /// (leave-one-experiment-out), instead of the full fit.
+        /// Validate each experiment with the registry's uncertainty sample fitted without its
+        /// model (leave-one-model-out; without the experiment itself when the calibration saw one
+        /// model), instead of the full fit.
         #[arg(long)]
         leave_one_out: bool,
         /// Emulate this tokenizer's prompt-length drift instead of the client's own (whose
@@ -260,6 +261,9 @@ enum Command {
         /// Objective evaluations of the full fit (a third of it for each leave-one-out fit).
         #[arg(long, default_value_t = 220)]
         evaluations: usize,
+        /// Skip measuring which terms the runs identify (the objective's curvature at the fit).
+        #[arg(long)]
+        no_identification: bool,
         #[command(flatten)]
         data: DataArgs,
     },
@@ -568,20 +572,25 @@ fn main() -> ExitCode {
                 Err(message) => fail(2, message),
             }
         }
-        Command::Calibrate { dirs, out, stage_cap_s, evaluations, data } => match data.load() {
-            Ok(data) => {
-                let options =
-                    blis_actors::experiment::calibration::CalibrationOptions { stage_cap_s, evaluations };
-                match calibrate::calibrate(&dirs, &out, &options, &data) {
-                    Ok(report) => {
-                        print!("{report}");
-                        ExitCode::SUCCESS
+        Command::Calibrate { dirs, out, stage_cap_s, evaluations, no_identification, data } => {
+            match data.load() {
+                Ok(data) => {
+                    let options = blis_actors::experiment::calibration::CalibrationOptions {
+                        stage_cap_s,
+                        evaluations,
+                        identification: !no_identification,
+                    };
+                    match calibrate::calibrate(&dirs, &out, &options, &data) {
+                        Ok(report) => {
+                            print!("{report}");
+                            ExitCode::SUCCESS
+                        }
+                        Err(message) => fail(2, message),
                     }
-                    Err(message) => fail(2, message),
                 }
+                Err(message) => fail(2, message),
             }
-            Err(message) => fail(2, message),
-        },
+        }
         Command::Sweep { spec, out, shard, shards, best, threads, data, quiet } => {
             let data = match data.load() {
                 Ok(data) => data,

@@ -46,11 +46,20 @@ pub fn validate(
         let with_model = cost_data_for(std::slice::from_ref(&experiment), data).map_err(|e| e.to_string())?;
         let held_out;
         let data = if options.leave_one_out {
-            let label = format!("fitted without {}", experiment.name);
+            // The fit that left out the experiment's model, or else the experiment itself.
+            let labels = [
+                crate::calibrate::model_fold_label(&experiment.model),
+                crate::calibrate::experiment_fold_label(&experiment.name),
+            ];
             let sample =
-                with_model.registry.uncertainty().iter().find(|s| s.label == label).ok_or_else(|| {
-                    format!("--leave-one-out: the registry has no uncertainty sample {label:?}")
-                })?;
+                with_model.registry.uncertainty().iter().find(|s| labels.contains(&s.label)).ok_or_else(
+                    || {
+                        format!(
+                            "--leave-one-out: the registry has no uncertainty sample {:?} or {:?}",
+                            labels[0], labels[1]
+                        )
+                    },
+                )?;
             held_out =
                 with_model.with_registry(with_model.registry.with_sample(sample).map_err(|e| e.to_string())?);
             &held_out

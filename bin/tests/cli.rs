@@ -151,7 +151,7 @@ fn an_ambiguous_registry_is_refused_naming_both_entries() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("registry.yaml");
     let embedded = blis_costmodel::EMBEDDED_REGISTRY;
-    let twin = "  - family: host\n    chip: \"*\"\n    rank: literature\n    source: \"a second opinion\"\n    params: { step_us: 1, request_us: 0, sampled_token_us: 0 }\n";
+    let twin = "  - family: host\n    chip: \"*\"\n    rank: literature\n    source: \"a second opinion\"\n    params: { step_us: 1, step_us_per_peer: 0, request_us: 0, sampled_token_us: 0 }\n";
     // The twin goes at the end of the entries (before the uncertainty section, if any).
     let end = embedded.find("\nuncertainty:").map_or(embedded.len(), |i| i + 1);
     std::fs::write(&path, format!("{}{twin}{}", &embedded[..end], &embedded[end..])).unwrap();

@@ -97,6 +97,7 @@ pub struct Pricer {
     logits_coefficient: Coefficient,
     all_reduce: (f64, f64, Rank),
     moe_dispatch: (f64, f64, Rank),
+    /// Host time per step, per scheduled request and per sampled token, µs, and its rank.
     host: (f64, f64, f64, Rank),
     /// API-server time per request and per prompt token, µs.
     frontend: (f64, f64),
@@ -217,7 +218,7 @@ impl Pricer {
                 resolved.get(Family::MoeDispatch).rank,
             ),
             host: (
-                host.param("step_us"),
+                host.param("step_us") + host.param("step_us_per_peer") * (t - 1.0),
                 host.param("request_us"),
                 host.param("sampled_token_us"),
                 host.rank,

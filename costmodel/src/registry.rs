@@ -90,6 +90,10 @@ impl Family {
             ],
             Family::Host => &[
                 ("step_us", "CPU time per step (scheduling, input preparation, output processing), µs"),
+                (
+                    "step_us_per_peer",
+                    "CPU time per step per tensor-parallel worker beyond the first (the executor hands each worker process the step), µs",
+                ),
                 ("request_us", "CPU time per scheduled request per step, µs"),
                 ("sampled_token_us", "CPU time per sampled token, µs"),
             ],

@@ -2,8 +2,9 @@
 //! loop, to real experiments, written as one `calibrated` bundle of the registry.
 //!
 //! The terms (`TERMS`) are the sustained shares of the chip's peaks (GEMM compute, GEMM weight
-//! streaming, paged-attention KV reads), the all-reduce latency (one value scaled across
-//! tensor-parallel degrees by the literature's ratio), the host's CPU time per step, the
+//! streaming, paged-attention KV reads), the all-reduce latency over 2 GPUs and over 4 (each
+//! fitted only when a training experiment runs at that degree), the host's CPU time per step
+//! and per tensor-parallel worker, the
 //! API server's time per request and, when a training experiment serves an MoE model, the routing
 //! time per MoE layer. They are shared by every model and experiment: nothing is fitted per
 //! experiment. The objective is the sum over training stages of squared log ratios of simulated to
@@ -22,6 +23,7 @@
 use blis_contracts::{FieldError, Rank};
 use blis_costmodel::{CostData, Entry, Family, FitRange, Registry};
 
+use super::identification::{Identification, identify};
 use super::validation::{Experiment, Simulated, simulate};
 use crate::run::RunError;
 
@@ -60,10 +62,22 @@ pub struct Term {
     pub bounds: (f64, f64),
     /// Where the search starts.
     pub initial: f64,
-    /// Only fitted when a training experiment serves an MoE model.
-    pub moe_only: bool,
+    /// Which training experiments identify it; without one it keeps the registry's value.
+    pub needs: Needs,
     /// The literature's value for it, if the literature measures it.
     pub prior: Option<Prior>,
+}
+
+/// What a term needs among the training experiments to be identified at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Every experiment informs it.
+    Any,
+    /// An experiment serving an MoE model (routing exists only there).
+    Moe,
+    /// An experiment at one of these tensor-parallel degrees (the all-reduce it prices runs
+    /// only there).
+    TensorParallel(&'static [u32]),
 }
 
 /// The terms calibration fits.
@@ -74,7 +88,7 @@ pub const TERMS: &[Term] = &[
         params: &[("compute_efficiency", 1.0)],
         bounds: (0.2, 1.0),
         initial: 0.7,
-        moe_only: false,
+        needs: Needs::Any,
         prior: None,
     },
     Term {
@@ -83,7 +97,7 @@ pub const TERMS: &[Term] = &[
         params: &[("memory_efficiency", 1.0)],
         bounds: (0.3, 1.0),
         initial: 0.85,
-        moe_only: false,
+        needs: Needs::Any,
         prior: None,
     },
     Term {
@@ -92,22 +106,36 @@ pub const TERMS: &[Term] = &[
         params: &[("memory_efficiency", 1.0)],
         bounds: (0.15, 1.0),
         initial: 0.8,
-        moe_only: false,
+        needs: Needs::Any,
         prior: None,
     },
-    // One latency, scaled across tensor-parallel degrees as Vidur's H100 all-reduce profile
-    // scales it (7 µs over 2 GPUs, 37 µs over 4 or 8), so a fit on one degree transfers.
+    // The all-reduce's latency over 2 GPUs and over 4 (and 8, which Vidur's H100 profile puts
+    // level with 4) are separate terms, each identified only by runs at its degree; a degree no
+    // training run has keeps the literature's value.
     Term {
         name: "all_reduce.latency_us_tp2",
         family: Family::AllReduce,
-        params: &[("latency_us_tp2", 1.0), ("latency_us_tp4", 37.0 / 7.0), ("latency_us_tp8", 37.0 / 7.0)],
-        bounds: (0.0, 20.0),
+        params: &[("latency_us_tp2", 1.0)],
+        bounds: (0.0, 40.0),
         initial: 7.0,
-        moe_only: false,
+        needs: Needs::TensorParallel(&[2]),
         prior: Some(Prior {
             centre: 7.0,
             sigma: std::f64::consts::LN_2,
             source: "Vidur's NCCL all-reduce of 2 KB on H100 DGX, 7 µs at TP2 (costmodel-facts.md §1); vLLM runs its own all-reduce kernel for small messages, so a factor of 2 either way",
+        }),
+    },
+    Term {
+        name: "all_reduce.latency_us_tp4",
+        family: Family::AllReduce,
+        params: &[("latency_us_tp4", 1.0), ("latency_us_tp8", 1.0)],
+        bounds: (0.0, 120.0),
+        initial: 37.0,
+        needs: Needs::TensorParallel(&[3, 4, 5, 6, 7, 8]),
+        prior: Some(Prior {
+            centre: 37.0,
+            sigma: std::f64::consts::LN_2,
+            source: "Vidur's NCCL all-reduce of 2 KB on H100 DGX, ~37 µs at TP4 and TP8 (costmodel-facts.md §1); vLLM runs its own all-reduce kernel for small messages, so a factor of 2 either way",
         }),
     },
     Term {
@@ -116,12 +144,24 @@ pub const TERMS: &[Term] = &[
         params: &[("step_us", 1.0)],
         bounds: (0.0, 6000.0),
         initial: 3240.0,
-        moe_only: false,
+        needs: Needs::Any,
         prior: Some(Prior {
             centre: 3240.0,
             sigma: 0.77,
             source: "peers.md §9 (inference-sim #480/#482): real vLLM spends 0.5–2 ms scheduling and 1–5 ms preparing inputs per step, i.e. 1.5–7 ms, taken as one standard deviation either side of the geometric mean",
         }),
+    },
+    // vLLM's multiprocess executor hands every step to each tensor-parallel worker process and
+    // waits on them: CPU time that grows with the workers. The literature measured one GPU; only
+    // runs at two degrees or more (or one GPU against several) tell it from the step's own time.
+    Term {
+        name: "host.step_us_per_peer",
+        family: Family::Host,
+        params: &[("step_us_per_peer", 1.0)],
+        bounds: (0.0, 3000.0),
+        initial: 300.0,
+        needs: Needs::TensorParallel(&[2, 3, 4, 5, 6, 7, 8]),
+        prior: None,
     },
     Term {
         name: "frontend.request_us",
@@ -129,7 +169,7 @@ pub const TERMS: &[Term] = &[
         params: &[("request_us", 1.0)],
         bounds: (0.0, 40_000.0),
         initial: 8000.0,
-        moe_only: false,
+        needs: Needs::Any,
         prior: None,
     },
     Term {
@@ -138,7 +178,7 @@ pub const TERMS: &[Term] = &[
         params: &[("latency_us", 1.0)],
         bounds: (0.0, 400.0),
         initial: 20.0,
-        moe_only: true,
+        needs: Needs::Moe,
         prior: None,
     },
 ];
@@ -150,11 +190,14 @@ pub struct CalibrationOptions {
     pub stage_cap_s: f64,
     /// Objective evaluations at most.
     pub evaluations: usize,
+    /// Whether to measure the terms' identification at the full fit (the objective's curvature;
+    /// `2n² + 1` more evaluations over `n` terms).
+    pub identification: bool,
 }
 
 impl Default for CalibrationOptions {
     fn default() -> CalibrationOptions {
-        CalibrationOptions { stage_cap_s: 150.0, evaluations: 220 }
+        CalibrationOptions { stage_cap_s: 150.0, evaluations: 220, identification: true }
     }
 }
 
@@ -167,14 +210,66 @@ pub struct Fit {
     pub objective: f64,
     /// Evaluations spent.
     pub evaluations: usize,
+    /// How the search ended.
+    pub convergence: Convergence,
 }
 
-/// The terms that apply to `experiments`.
+/// Why one Nelder–Mead simplex stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Its vertices' objectives agree to a millionth: converged.
+    Collapsed,
+    /// Its best gained under a thousandth over the last 10(n + 1) evaluations.
+    Stalled,
+    /// The evaluation budget ran out first: not converged.
+    Budget,
+}
+
+impl Stop {
+    /// A word for reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stop::Collapsed => "collapsed",
+            Stop::Stalled => "stalled",
+            Stop::Budget => "budget spent",
+        }
+    }
+}
+
+/// How a restarted Nelder–Mead search ended: the test it met, and its final simplex.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Convergence {
+    /// Simplices run (the first and each restart from the best point).
+    pub simplices: usize,
+    /// Why the last simplex stopped.
+    pub last_stop: Stop,
+    /// Whether the search converged: its last restart gained under a millionth of the
+    /// objective (a fresh simplex around the best point finds nothing better), and it did not
+    /// end on the budget.
+    pub converged: bool,
+    /// The last simplex's spread of objective values, best to worst.
+    pub final_spread: f64,
+    /// The last simplex's largest distance of a vertex from the best one, in the unit-cube
+    /// coordinates the search runs in.
+    pub final_diameter: f64,
+}
+
+/// The terms that apply to `experiments`: those some experiment identifies.
 pub fn terms_for(experiments: &[Experiment], data: &CostData) -> Vec<Term> {
     let moe = experiments
         .iter()
         .any(|e| data.catalog.model(&e.model, "").is_ok_and(|m| m.architecture.moe.is_some()));
-    TERMS.iter().copied().filter(|t| moe || !t.moe_only).collect()
+    TERMS
+        .iter()
+        .copied()
+        .filter(|t| match t.needs {
+            Needs::Any => true,
+            Needs::Moe => moe,
+            Needs::TensorParallel(degrees) => {
+                experiments.iter().any(|e| degrees.contains(&e.tensor_parallel))
+            }
+        })
+        .collect()
 }
 
 /// `base` with the calibrated bundle holding `values`, fitted on `experiments` (named in the
@@ -184,9 +279,11 @@ pub fn calibrated_registry(
     values: &[(Term, f64)],
     experiments: &[Experiment],
 ) -> Result<Registry, FieldError> {
-    let resolved = base.resolve(CHIP);
-    let mut entries: Vec<Entry> =
-        base.entries().iter().filter(|e| e.bundle.as_deref() != Some(BUNDLE)).cloned().collect();
+    // The terms not fitted keep the values beneath any earlier bundle: an earlier fit must not
+    // carry what it learnt from runs this fit leaves out.
+    let beneath = base.without_bundle(BUNDLE);
+    let resolved = beneath.resolve(CHIP);
+    let mut entries: Vec<Entry> = beneath.entries().to_vec();
     let tp = experiments.iter().map(|e| e.tensor_parallel);
     let mut models: Vec<String> = experiments.iter().map(|e| e.model.clone()).collect();
     models.sort();
@@ -279,13 +376,7 @@ pub fn fit(
     options: &CalibrationOptions,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<Fit, RunError> {
-    let unscale = |x: &[f64]| -> Vec<(Term, f64)> {
-        terms
-            .iter()
-            .zip(x)
-            .map(|(t, &u)| (*t, t.bounds.0 + u.clamp(0.0, 1.0) * (t.bounds.1 - t.bounds.0)))
-            .collect()
-    };
+    let unscale = |x: &[f64]| unscaled(terms, x);
     let initial: Vec<f64> = match start {
         Some(x) => x.to_vec(),
         None => terms.iter().map(|t| (t.initial - t.bounds.0) / (t.bounds.1 - t.bounds.0)).collect(),
@@ -306,11 +397,50 @@ pub fn fit(
         progress(evaluations, best);
         value
     };
-    let (best, value) = restarted_nelder_mead(&mut f, &initial, 0.15, options.evaluations);
+    let (best, value, convergence) = restarted_nelder_mead(&mut f, &initial, 0.15, options.evaluations);
     if let Some(e) = error {
         return Err(e);
     }
-    Ok(Fit { values: unscale(&best), objective: value, evaluations })
+    Ok(Fit { values: unscale(&best), objective: value, evaluations, convergence })
+}
+
+/// The curvature of the objective at `fit` on `experiments`: which terms the runs identify, how
+/// well, and which they cannot tell apart (see [`super::identification`]).
+pub fn identification(
+    base: &CostData,
+    experiments: &[Experiment],
+    fit: &Fit,
+    options: &CalibrationOptions,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Identification, RunError> {
+    let terms: Vec<Term> = fit.values.iter().map(|(t, _)| *t).collect();
+    let mut evaluations = 0;
+    let mut error = None;
+    let mut f = |x: &[f64]| -> f64 {
+        evaluations += 1;
+        progress(evaluations);
+        match objective(base, &unscaled(&terms, x), experiments, options) {
+            Ok(v) => v,
+            Err(e) => {
+                error.get_or_insert(e);
+                f64::NAN
+            }
+        }
+    };
+    let identification = identify(fit, &mut f);
+    match error {
+        Some(e) => Err(e),
+        None => Ok(identification),
+    }
+}
+
+/// The terms' values at unit-cube coordinates `x`.
+fn unscaled(terms: &[Term], x: &[f64]) -> Vec<(Term, f64)> {
+    terms
+        .iter()
+        .zip(x)
+        .map(|(t, &u)| (*t, t.bounds.0 + u.clamp(0.0, 1.0) * (t.bounds.1 - t.bounds.0)))
+        .collect()
 }
 
 /// The terms of `fit` scaled to [0, 1], to start another fit from it.
@@ -321,39 +451,60 @@ pub fn scaled(fit: &Fit) -> Vec<f64> {
 /// Nelder–Mead restarted from its best point with a fresh simplex whenever the simplex has
 /// collapsed or stalled, until `budget` is spent or a restart gains nothing: a simplex that has
 /// shrunk across a narrow valley (host time against API-server time, say) stops moving along it.
+/// Converged means the last restart gained under a millionth with budget to spare.
 fn restarted_nelder_mead(
     f: &mut dyn FnMut(&[f64]) -> f64,
     start: &[f64],
     step: f64,
     budget: usize,
-) -> (Vec<f64>, f64) {
+) -> (Vec<f64>, f64, Convergence) {
     let mut remaining = budget;
-    let (mut best, mut value, used) = nelder_mead(f, start, step, remaining);
-    remaining -= used.min(remaining);
+    let mut last = nelder_mead(f, start, step, remaining);
+    remaining -= last.used.min(remaining);
+    let (mut best, mut value) = (last.best.clone(), last.value);
+    let mut simplices = 1;
+    let mut converged = false;
     while remaining > start.len() + 1 {
-        let (x, v, used) = nelder_mead(f, &best, step, remaining);
-        remaining -= used.min(remaining);
-        let gained = value - v;
-        if v < value {
-            (best, value) = (x, v);
+        last = nelder_mead(f, &best, step, remaining);
+        simplices += 1;
+        remaining -= last.used.min(remaining);
+        let gained = value - last.value;
+        if last.value < value {
+            (best, value) = (last.best.clone(), last.value);
         }
         if gained <= 1e-6 * value.abs().max(1e-12) {
+            converged = last.stop != Stop::Budget;
             break;
         }
     }
-    (best, value)
+    let convergence = Convergence {
+        simplices,
+        last_stop: last.stop,
+        converged,
+        final_spread: last.spread,
+        final_diameter: last.diameter,
+    };
+    (best, value, convergence)
+}
+
+/// What one simplex search ended with.
+struct Simplex {
+    best: Vec<f64>,
+    value: f64,
+    used: usize,
+    stop: Stop,
+    /// Worst minus best objective of the final vertices.
+    spread: f64,
+    /// Largest Euclidean distance of a final vertex from the best.
+    diameter: f64,
 }
 
 /// Minimise `f` on the unit cube from `start` (coordinates clamped into it), simplex steps of
 /// `step`, at most `budget` evaluations, stopping early once the simplex has collapsed (its values
 /// agree to a millionth) or stalled (its best gained under a thousandth in the last 10(n + 1)
-/// evaluations); the best point, its value and the evaluations used. Deterministic.
-fn nelder_mead(
-    f: &mut dyn FnMut(&[f64]) -> f64,
-    start: &[f64],
-    step: f64,
-    budget: usize,
-) -> (Vec<f64>, f64, usize) {
+/// evaluations); the best point, its value, the evaluations used and why it stopped.
+/// Deterministic.
+fn nelder_mead(f: &mut dyn FnMut(&[f64]) -> f64, start: &[f64], step: f64, budget: usize) -> Simplex {
     let n = start.len();
     let clamp = |x: Vec<f64>| -> Vec<f64> { x.into_iter().map(|v| v.clamp(0.0, 1.0)).collect() };
     let mut used = 0;
@@ -375,14 +526,17 @@ fn nelder_mead(
     // the window has stalled as surely as one that has collapsed.
     let window = 10 * (n + 1);
     let mut checkpoint = (used, f64::INFINITY);
+    let mut stop = Stop::Budget;
     while used < budget {
         simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
         let spread = simplex[n].1 - simplex[0].1;
         if spread.abs() <= 1e-6 * simplex[0].1.abs().max(1e-9) {
+            stop = Stop::Collapsed;
             break;
         }
         if used >= checkpoint.0 + window {
             if checkpoint.1 - simplex[0].1 < 1e-3 * simplex[0].1.abs() {
+                stop = Stop::Stalled;
                 break;
             }
             checkpoint = (used, simplex[0].1);
@@ -422,8 +576,13 @@ fn nelder_mead(
         }
     }
     simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let spread = simplex[n].1 - simplex[0].1;
+    let diameter = simplex[1..]
+        .iter()
+        .map(|(x, _)| x.iter().zip(&simplex[0].0).map(|(a, b)| (a - b).powi(2)).sum::<f64>().sqrt())
+        .fold(0.0, f64::max);
     let (best, value) = simplex.swap_remove(0);
-    (best, value, used)
+    Simplex { best, value, used, stop, spread, diameter }
 }
 
 #[cfg(test)]
@@ -433,10 +592,11 @@ mod tests {
     #[test]
     fn nelder_mead_finds_the_minimum_of_a_bounded_bowl() {
         let mut f = |x: &[f64]| (x[0] - 0.3).powi(2) + 2.0 * (x[1] - 0.8).powi(2) + (x[2] - 1.0).powi(2);
-        let (best, value, _) = nelder_mead(&mut f, &[0.5, 0.5, 0.5], 0.2, 600);
+        let Simplex { best, value, stop, .. } = nelder_mead(&mut f, &[0.5, 0.5, 0.5], 0.2, 600);
         assert!((best[0] - 0.3).abs() < 1e-3 && (best[1] - 0.8).abs() < 1e-3, "{best:?}");
         assert!(best[2] > 0.99, "the bound holds: {best:?}");
         assert!(value < 1e-5);
+        assert_ne!(stop, Stop::Budget, "it stops on its own test before 600 evaluations");
     }
 
     #[test]
@@ -447,11 +607,16 @@ mod tests {
             100.0 * (b - a * a).powi(2) + (1.0 - a).powi(2)
         };
         let (mut once, mut restarted) = (rosenbrock, rosenbrock);
-        let (_, single, used) = nelder_mead(&mut once, &[0.2, 0.9], 0.15, 400);
+        let Simplex { value: single, used, .. } = nelder_mead(&mut once, &[0.2, 0.9], 0.15, 400);
         assert!(used < 400, "one simplex collapses before its budget ({used} evaluations)");
-        let (best, value) = restarted_nelder_mead(&mut restarted, &[0.2, 0.9], 0.15, 400);
+        let (best, value, convergence) = restarted_nelder_mead(&mut restarted, &[0.2, 0.9], 0.15, 400);
         assert!(value <= single, "{value} vs {single}");
         assert!(value < 1e-6 && (best[0] - 0.75).abs() < 1e-3, "{best:?} {value} (one simplex: {single})");
+        assert!(convergence.converged && convergence.simplices > 1, "{convergence:?}");
+        assert!(convergence.final_diameter < 1e-2, "{convergence:?}");
+        // Too small a budget is reported as not converged.
+        let (_, _, starved) = restarted_nelder_mead(&mut rosenbrock.clone(), &[0.2, 0.9], 0.15, 12);
+        assert!(!starved.converged, "{starved:?}");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! into estimates with intervals, the acceptance conditions and the validity flag;
 //! `comparison` pairs two configurations on common random numbers; [`validation`] re-runs
 //! real vLLM experiments and compares them stage by stage; [`calibration`] fits shared cost
-//! model terms with the simulator in the loop; a [`sweep`] runs many configurations of one
+//! model terms with the simulator in the loop, and [`identification`] says which of them the
+//! runs determine; a [`sweep`] runs many configurations of one
 //! base and names the best with its false-winner chance controlled; [`capacity`] searches an
 //! ordered axis for the smallest deployment (or highest rate) that meets SLOs.
 
@@ -13,6 +14,7 @@ pub mod calibration;
 pub mod capacity;
 pub(crate) mod comparison;
 pub(crate) mod figures;
+pub mod identification;
 pub(crate) mod replication;
 pub mod sweep;
 pub mod validation;
