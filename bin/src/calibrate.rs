@@ -153,10 +153,13 @@ pub fn calibrate(
     Ok(report)
 }
 
+/// A held-out fold: its label, and which experiments it fits on.
+type Fold = (String, Box<dyn Fn(&Experiment) -> bool>);
+
 /// The held-out folds of a calibration on `experiments`: one per model, labelled
 /// `fitted without model M`, when they serve more than one model; otherwise one per experiment,
 /// `fitted without E`.
-fn held_out_folds(experiments: &[Experiment]) -> Vec<(String, Box<dyn Fn(&Experiment) -> bool>)> {
+fn held_out_folds(experiments: &[Experiment]) -> Vec<Fold> {
     let mut models: Vec<String> = experiments.iter().map(|e| e.model.clone()).collect();
     models.sort();
     models.dedup();

@@ -105,8 +105,8 @@ pub fn identify(fit: &Fit, objective: &mut dyn FnMut(&[f64]) -> f64) -> Identifi
 
 #[cfg(test)]
 mod tests {
-    use super::calibration::{Convergence, Stop, TERMS};
     use super::*;
+    use crate::experiment::calibration::{Convergence, Stop, TERMS};
 
     fn fit_at(values: &[f64]) -> Fit {
         Fit {
