@@ -6,35 +6,34 @@
 //! (a plain state machine from `blis-engines`) to messages and prices its steps through the cost
 //! model. [`assemble`] turns a scenario into these actors; [`run`] runs it and accounts for every
 //! request's fate.
+//!
+//! Beside the actors and their assembly, [`experiment`] holds the experiments over runs:
+//! replications and their figures, comparison of configurations, validation against real runs
+//! and calibration.
 
 mod assembly;
-pub mod calibration;
 pub mod calls_comparison;
 mod calls_out;
 mod client;
-mod comparison;
 mod engine_host;
+pub mod experiment;
 pub mod fabric;
-mod figures;
-pub mod identification;
 mod ledger;
 mod message;
 mod metrics;
 mod pd_guard;
-mod replication;
 mod router_host;
 mod run;
 pub mod stats;
 pub mod swarm;
 mod tally;
-pub mod validation;
 pub mod workload;
 
 pub use assembly::{AssembledCluster, AssemblyOptions, Fault, assemble};
 pub use calls_out::{CallSelection, CallsOut, CallsOutError};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
-pub use comparison::{Configuration, MetricComparison, compare_configs};
 pub use engine_host::EngineHost;
+pub use experiment::comparison::{Configuration, MetricComparison, compare_configs};
 pub use ledger::CallLedger;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage, TransferDone, TransferStart};
 pub use metrics::{Figures, Summary};

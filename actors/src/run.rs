@@ -19,9 +19,9 @@ use sha2::{Digest, Sha256};
 use crate::assembly::AssemblyOptions;
 use crate::calls_out::{CallSelection, CallsOut};
 use crate::client::call_key;
-use crate::figures::{acceptance, estimates, replication_record, scalars, validity};
+use crate::experiment::figures::{acceptance, estimates, replication_record, scalars, validity};
+use crate::experiment::replication::{ReplicationRun, replication_seed, run_replication};
 use crate::message::ClusterMessage;
-use crate::replication::{ReplicationRun, replication_seed, run_replication};
 
 /// The seed used when neither the scenario nor the command line gives one.
 pub const DEFAULT_SEED: u64 = 1;

@@ -4,10 +4,10 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use blis_actors::calibration::{
+use blis_actors::experiment::calibration::{
     BUNDLE, CalibrationOptions, Fit, calibrated_registry, fit, scaled, terms_for,
 };
-use blis_actors::validation::{Experiment, cost_data_for};
+use blis_actors::experiment::validation::{Experiment, cost_data_for};
 use blis_contracts::FieldError;
 use blis_costmodel::{CoefficientSample, CostData};
 
@@ -62,7 +62,7 @@ pub fn calibrate(
     };
     let identification = if options.identification {
         Some(
-            blis_actors::calibration::identification(
+            blis_actors::experiment::calibration::identification(
                 data,
                 &experiments,
                 &full,
@@ -196,7 +196,10 @@ pub fn experiment_fold_label(name: &str) -> String {
 }
 
 /// The names of `all`'s terms missing from `fitted`, or `none`.
-fn unidentified(all: &[blis_actors::calibration::Term], fitted: &[blis_actors::calibration::Term]) -> String {
+fn unidentified(
+    all: &[blis_actors::experiment::calibration::Term],
+    fitted: &[blis_actors::experiment::calibration::Term],
+) -> String {
     let missing: Vec<&str> =
         all.iter().filter(|t| !fitted.iter().any(|f| f.name == t.name)).map(|t| t.name).collect();
     if missing.is_empty() { "none".to_owned() } else { missing.join(", ") }

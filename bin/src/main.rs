@@ -15,7 +15,9 @@ mod progress;
 mod replay;
 mod summary;
 mod swarm;
+mod sweep;
 mod trace;
+mod tradeoff;
 mod validate;
 
 use std::fs::File;
@@ -289,6 +291,102 @@ enum Command {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Run many configurations of one base scenario (a spec's axes or points), each on the
+    /// same seeds; one Result per point and sweep.csv, sweep.json (docs/SWEEP.md).
+    Sweep {
+        /// The sweep spec (YAML).
+        spec: PathBuf,
+        /// Directory for points/, sweep.csv and sweep.json (a shard's points and shard.json).
+        #[arg(long)]
+        out: PathBuf,
+        /// Run only shard I of N (I from 0); without it, a job array's index is used
+        /// (SLURM_ARRAY_TASK_ID, or JOB_COMPLETION_INDEX with --shards).
+        #[arg(long, value_name = "I/N")]
+        shard: Option<String>,
+        /// Shards of a Kubernetes Indexed Job (its completions), with JOB_COMPLETION_INDEX.
+        #[arg(long)]
+        shards: Option<u32>,
+        #[command(flatten)]
+        best: BestFlags,
+        /// Threads to run each point's replications on; outputs never depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(flatten)]
+        data: DataArgs,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Fold a sharded sweep's folders into one, byte for byte what one process writes.
+    Merge {
+        /// The shards' folders.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Directory for the merged sweep.
+        #[arg(long)]
+        out: PathBuf,
+        /// The sweep's spec (needed by --best to re-run the winner).
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        #[command(flatten)]
+        best: BestFlags,
+        /// Threads to run the re-run's replications on.
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(flatten)]
+        data: DataArgs,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Find the smallest deployment that meets SLOs (or the highest rate sustained) along an
+    /// ordered axis, every verdict's error controlled, the answer re-run on fresh seeds.
+    Capacity {
+        /// The capacity spec (YAML).
+        spec: PathBuf,
+        /// Also write capacity.json here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Threads to run each point's replications on; outputs never depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(flatten)]
+        data: DataArgs,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+}
+
+/// `--best METRIC [--minimize|--maximize] [--alpha A]`.
+#[derive(clap::Args)]
+struct BestFlags {
+    /// Name the best point on this figure (`ttft_ms.p99`, `output_tokens_per_s`, ...), the
+    /// chance of a false winner at most --alpha, and re-run it on fresh seeds.
+    #[arg(long, value_name = "METRIC")]
+    best: Option<String>,
+    /// Smaller is better (default: the metric registry's direction).
+    #[arg(long, requires = "best", conflicts_with = "maximize")]
+    minimize: bool,
+    /// Larger is better.
+    #[arg(long, requires = "best")]
+    maximize: bool,
+    /// The chance of naming a false winner allowed.
+    #[arg(long, requires = "best", default_value_t = 0.05)]
+    alpha: f64,
+}
+
+impl BestFlags {
+    fn args(&self) -> Option<sweep::BestArgs> {
+        let goal = if self.minimize {
+            Some(blis_actors::experiment::sweep::best::Goal::Minimize)
+        } else if self.maximize {
+            Some(blis_actors::experiment::sweep::best::Goal::Maximize)
+        } else {
+            None
+        };
+        self.best.clone().map(|metric| sweep::BestArgs { metric, goal, alpha: self.alpha })
+    }
 }
 
 /// Where the cost model's data comes from (embedded unless replaced).
@@ -477,7 +575,7 @@ fn main() -> ExitCode {
         Command::Calibrate { dirs, out, stage_cap_s, evaluations, no_identification, data } => {
             match data.load() {
                 Ok(data) => {
-                    let options = blis_actors::calibration::CalibrationOptions {
+                    let options = blis_actors::experiment::calibration::CalibrationOptions {
                         stage_cap_s,
                         evaluations,
                         identification: !no_identification,
@@ -492,6 +590,51 @@ fn main() -> ExitCode {
                 }
                 Err(message) => fail(2, message),
             }
+        }
+        Command::Sweep { spec, out, shard, shards, best, threads, data, quiet } => {
+            let data = match data.load() {
+                Ok(data) => data,
+                Err(message) => return fail(2, message),
+            };
+            let shard = match sweep::shard(shard.as_deref(), shards) {
+                Ok(shard) => shard,
+                Err(error) => return fail(2, error),
+            };
+            let options = blis_actors::experiment::sweep::evaluate::PointOptions {
+                threads,
+                build: Some(build_record()),
+            };
+            report(sweep::run_sweep(&spec, &out, shard, best.args().as_ref(), options, &data, quiet))
+        }
+        Command::Merge { dirs, out, spec, best, threads, data, quiet } => {
+            let data = match data.load() {
+                Ok(data) => data,
+                Err(message) => return fail(2, message),
+            };
+            let options = blis_actors::experiment::sweep::evaluate::PointOptions {
+                threads,
+                build: Some(build_record()),
+            };
+            report(sweep::run_merge(
+                &dirs,
+                &out,
+                best.args().as_ref(),
+                spec.as_deref(),
+                options,
+                &data,
+                quiet,
+            ))
+        }
+        Command::Capacity { spec, out, threads, data, quiet } => {
+            let data = match data.load() {
+                Ok(data) => data,
+                Err(message) => return fail(2, message),
+            };
+            let options = blis_actors::experiment::sweep::evaluate::PointOptions {
+                threads,
+                build: Some(build_record()),
+            };
+            report(sweep::run_capacity(&spec, out.as_deref(), options, &data, quiet))
         }
         Command::Replay { file, host, data } => match data.load() {
             Ok(data) => replay(&file, host.kind(), &data),
@@ -521,6 +664,18 @@ fn build_record() -> blis_contracts::BuildRecord {
             .filter_map(|pair| pair.split_once('='))
             .map(|(name, version)| (name.to_owned(), version.to_owned()))
             .collect(),
+    }
+}
+
+/// A sweep command's outcome: its report on stdout, or its refusal or failure.
+fn report(outcome: Result<String, sweep::Failure>) -> ExitCode {
+    match outcome {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(sweep::Failure::Refused(message)) => fail(2, message),
+        Err(sweep::Failure::Failed(message)) => fail(1, message),
     }
 }
 

@@ -4,7 +4,9 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use blis_actors::validation::{Experiment, Row, cost_data_for, median_absolute_errors, rows, simulate};
+use blis_actors::experiment::validation::{
+    Experiment, Row, cost_data_for, median_absolute_errors, rows, simulate,
+};
 use blis_contracts::PromptTokenizer;
 use blis_costmodel::CostData;
 use serde_json::{Value, json};

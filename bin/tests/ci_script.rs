@@ -13,6 +13,11 @@ fn the_ci_script_runs_with_the_target_dir_elsewhere() {
     std::fs::create_dir_all(&tools).unwrap();
     let script = format!("{}/../.ci/run", env!("CARGO_MANIFEST_DIR"));
     std::fs::copy(script, ci.join("run")).unwrap();
+    // The Slurm step's stand-in records the binary it was given.
+    let slurm = root.join("scripts/ci/slurm-sweep.sh");
+    std::fs::create_dir_all(slurm.parent().unwrap()).unwrap();
+    std::fs::write(&slurm, "#!/bin/sh\necho \"$1\" > \"$(dirname \"$0\")/given\"\n").unwrap();
+    std::fs::set_permissions(&slurm, std::fs::Permissions::from_mode(0o755)).unwrap();
     // cargo prints one test result line for `test`, nothing for fmt and clippy.
     let stand_ins = [
         (
@@ -37,5 +42,7 @@ fn the_ci_script_runs_with_the_target_dir_elsewhere() {
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("passed 3, failed 0, ignored 1"), "{stdout}");
     assert!(!root.join("target").exists(), "nothing is written to target/ by name");
+    let given = std::fs::read_to_string(root.join("scripts/ci/given")).expect("the Slurm step ran");
+    assert_eq!(given.trim(), root.join("elsewhere/debug/blis-actor").display().to_string());
     let _ = std::fs::remove_dir_all(root);
 }

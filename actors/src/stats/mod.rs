@@ -21,4 +21,4 @@ pub mod student_t;
 pub mod warmup;
 
 #[cfg(test)]
-mod test_draws;
+pub(crate) mod test_draws;

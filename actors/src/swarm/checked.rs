@@ -11,7 +11,7 @@ use blis_kernel::{HostKind, KernelError};
 use super::checker::{Checker, CheckerReport};
 use crate::assembly::{AssemblyOptions, Fault};
 use crate::calls_out::{CallSelection, CallsOut};
-use crate::replication::{ReplicationRun, run_replication};
+use crate::experiment::replication::{ReplicationRun, run_replication};
 use crate::run::RunError;
 
 /// How to run a checked run.

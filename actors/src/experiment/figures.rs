@@ -10,7 +10,7 @@ use blis_contracts::{
 };
 use blis_costmodel::Registry;
 
-use crate::replication::ReplicationRun;
+use super::replication::ReplicationRun;
 use crate::stats::batch_means::{DEFAULT_BATCHES, batch_means};
 use crate::stats::interval::{DEFAULT_LEVEL, estimate};
 use crate::stats::overload::{ABANDONED_SHARE, assess_overload};

@@ -11,7 +11,7 @@
 
 use nalgebra::DMatrix;
 
-use crate::calibration::{Fit, scaled};
+use super::calibration::{Fit, scaled};
 
 /// Step of the finite differences, in unit-cube coordinates.
 pub const STEP: f64 = 0.02;
@@ -106,7 +106,7 @@ pub fn identify(fit: &Fit, objective: &mut dyn FnMut(&[f64]) -> f64) -> Identifi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibration::{Convergence, Stop, TERMS};
+    use crate::experiment::calibration::{Convergence, Stop, TERMS};
 
     fn fit_at(values: &[f64]) -> Fit {
         Fit {

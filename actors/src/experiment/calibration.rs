@@ -23,9 +23,9 @@
 use blis_contracts::{FieldError, Rank};
 use blis_costmodel::{CostData, Entry, Family, FitRange, Registry};
 
-use crate::identification::{Identification, identify};
+use super::identification::{Identification, identify};
+use super::validation::{Experiment, Simulated, simulate};
 use crate::run::RunError;
-use crate::validation::{Experiment, Simulated, simulate};
 
 /// The bundle calibration writes.
 pub const BUNDLE: &str = "vllm-0.15.1-h100";
@@ -405,7 +405,7 @@ pub fn fit(
 }
 
 /// The curvature of the objective at `fit` on `experiments`: which terms the runs identify, how
-/// well, and which they cannot tell apart (see [`crate::identification`]).
+/// well, and which they cannot tell apart (see [`super::identification`]).
 pub fn identification(
     base: &CostData,
     experiments: &[Experiment],

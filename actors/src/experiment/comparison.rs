@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use blis_contracts::{Better, FieldError, Scenario, metric};
 use blis_costmodel::CostData;
 
-use crate::figures::scalars;
+use super::figures::scalars;
 use crate::run::{Progress, RunError, RunOptions, RunOutput, run_observed};
 use crate::stats::compare::{Comparison, Direction, compare_paired};
 use crate::stats::interval::DEFAULT_LEVEL;

@@ -25,7 +25,7 @@ use blis_costmodel::CostData;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::replication::replication_seed;
+use super::replication::replication_seed;
 use crate::run::{Progress, RunError, RunOptions, RunOutput, run_observed};
 use crate::stats::interval::{DEFAULT_LEVEL, estimate};
 use crate::workload::known_drift;
