@@ -50,6 +50,7 @@ pub fn validate(
         let experiment = Experiment::load(dir, data, options.tokenizer).map_err(|e| e.to_string())?;
         let with_model = cost_data_for(std::slice::from_ref(&experiment), data).map_err(|e| e.to_string())?;
         let held_out;
+        let mut held_out_label = None;
         let data = if options.leave_one_out {
             // The fit that left out the experiment's model, or else the experiment itself.
             let labels = [
@@ -67,11 +68,12 @@ pub fn validate(
                 )?;
             held_out =
                 with_model.with_registry(with_model.registry.with_sample(sample).map_err(|e| e.to_string())?);
+            held_out_label = Some(sample.label.clone());
             &held_out
         } else {
             &with_model
         };
-        let simulated = simulate(&experiment, replications, options.stage_cap_s, data, &mut |r, p| {
+        let mut simulated = simulate(&experiment, replications, options.stage_cap_s, data, &mut |r, p| {
             reporter.update(&format!("{} replication {}/{replications}", experiment.name, r + 1), p);
         })
         .map_err(|e| format!("{}: {e}", experiment.name))?;
@@ -119,6 +121,14 @@ pub fn validate(
             overload = json!({ "real_timed_out": real, "simulated_timed_out": simulated, "simulated_overloaded": simulated > 0.0 });
         }
         let _ = writeln!(out, "  {}: not modelled: {COLD_START}", experiment.name);
+        if let Some(label) = held_out_label {
+            // A sample replaces the bundle's values, not its fit range, so the range check above
+            // still sees the joint fit's models; the fold that priced this run never saw it.
+            simulated.validity.in_domain = false;
+            simulated.validity.reasons.push(format!(
+                "held out: priced by the uncertainty sample {label:?}, a fit that never saw this experiment"
+            ));
+        }
         let validity = &simulated.validity;
         let flag = if validity.in_domain {
             "in domain".to_owned()

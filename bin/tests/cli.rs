@@ -287,6 +287,9 @@ fn validate_real_prints_every_stage_and_metric_with_its_signed_error() {
         stdout.lines().any(|l| l.contains("not modelled:") && l.contains("cold start")),
         "the first stage's cold-start tail is said to be unmodelled:\n{stdout}"
     );
+    // A model and TP degree the embedded bundle was fitted on lie in its domain: the terms it
+    // holds fixed (graph launch, sampler) price under 5% of the steps.
+    assert!(stdout.lines().any(|l| l.ends_with("validity: in domain")), "{stdout}");
     let results = format!("{dir}/results");
     for (i, row) in rows.iter().enumerate() {
         let (stage, metric) = (i / metrics.len(), metrics[i % metrics.len()]);
@@ -319,6 +322,38 @@ fn validate_real_prints_every_stage_and_metric_with_its_signed_error() {
         assert!((error - expected).abs() < 0.06, "{metric}: printed {error}%, recomputed {expected}%");
     }
     assert!(stdout.contains("median absolute error over scored stages:"));
+}
+
+#[test]
+fn validate_real_leaving_the_model_out_prices_with_its_fold_and_flags_the_run_out_of_domain() {
+    let dir = format!(
+        "{}/../fixtures/reference-data/real-vllm-h100/20260217-203421-llama-2-70b-hf-tp4-codegen",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let args = ["validate-real", &dir, "--replications", "1", "--stage-cap-s", "10"];
+    let run = |extra: &[&str]| {
+        let output = blis_actor(&[&args[..], extra].concat());
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let (joint, fold) = (run(&[]), run(&["--leave-one-out"]));
+    let flag = |stdout: &str| stdout.lines().find(|l| l.contains("validity:")).unwrap_or_default().to_owned();
+    assert!(flag(&joint).ends_with("validity: in domain"), "{joint}");
+    let held_out = flag(&fold);
+    assert!(
+        held_out.contains("OUT OF DOMAIN")
+            && held_out.contains("held out")
+            && held_out.contains("without model Llama-2-70B"),
+        "{held_out}"
+    );
+    let means = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("2026") && l.contains(" ttft_mean "))
+            .map(|l| l.split_whitespace().nth(4).unwrap().to_owned())
+            .collect()
+    };
+    assert_ne!(means(&joint), means(&fold), "the fold's coefficients price differently");
 }
 
 #[test]

@@ -137,8 +137,8 @@ pub struct OverloadRecord {
 /// Where the run lies against the data the cost model trusts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ValidityRecord {
-    /// Whether every step was priced by calibrated or measured coefficients within their fit
-    /// ranges.
+    /// Whether the run lies where the calibrated coefficients were fitted (models, TP degrees)
+    /// and at most 5% of its step time comes from coefficients no run fitted.
     pub in_domain: bool,
     /// Why not, one reason per line.
     pub reasons: Vec<String>,
