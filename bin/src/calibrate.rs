@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use blis_actors::experiment::calibration::{
-    BUNDLE, CalibrationOptions, Fit, calibrated_registry, fit, scaled, terms_for,
+    BUNDLE, CalibrationOptions, Fit, calibrated_registry, fit, sample_params, scaled, terms_for,
 };
 use blis_actors::experiment::validation::{Experiment, cost_data_for};
 use blis_contracts::FieldError;
@@ -109,13 +109,7 @@ pub fn calibrate(
         samples.push(CoefficientSample {
             bundle: BUNDLE.to_owned(),
             label: label.clone(),
-            params: fit
-                .values
-                .iter()
-                .flat_map(|(t, v)| {
-                    t.params.iter().map(move |(p, f)| (format!("{}.{p}", t.family.as_str()), v * f))
-                })
-                .collect(),
+            params: sample_params(&data.registry, &terms, &fit.values),
         });
         jackknife.push(fit);
     }

@@ -20,6 +20,8 @@
 //! minimiser is a bounded Nelder–Mead on the terms scaled to [0, 1], restarted whenever its simplex
 //! collapses.
 
+use std::collections::BTreeMap;
+
 use blis_contracts::{FieldError, Rank};
 use blis_costmodel::{CostData, Entry, Family, FitRange, Registry};
 
@@ -316,6 +318,24 @@ pub fn calibrated_registry(
     Registry::from_entries(entries)
 }
 
+/// The parameters of an uncertainty sample for a fit of `fitted` among the bundle's `terms`:
+/// the fitted values, and for every term the fit could not identify the value beneath the
+/// bundle in `base` — the one that fit priced with. A sample replaces the bundle's values, so
+/// a term left out of it would keep the joint fit's value, learnt from the held-out runs.
+pub fn sample_params(base: &Registry, terms: &[Term], fitted: &[(Term, f64)]) -> BTreeMap<String, f64> {
+    let beneath = base.without_bundle(BUNDLE).resolve(CHIP);
+    let mut params = BTreeMap::new();
+    for term in terms {
+        let value = fitted.iter().find(|(t, _)| t.name == term.name).map(|(_, v)| *v);
+        for (param, factor) in term.params {
+            let name = format!("{}.{param}", term.family.as_str());
+            let beneath_value = || beneath.get(term.family).param(param);
+            params.insert(name, value.map_or_else(beneath_value, |v| v * factor));
+        }
+    }
+    params
+}
+
 /// The priors' part of the objective: squared standardised log distances from the literature.
 pub fn prior_penalty(values: &[(Term, f64)]) -> f64 {
     values
@@ -588,6 +608,25 @@ fn nelder_mead(f: &mut dyn FnMut(&[f64]) -> f64, start: &[f64], step: f64, budge
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fold_sample_carries_the_values_beneath_the_bundle_for_the_terms_it_could_not_fit() {
+        let registry = Registry::parse(blis_costmodel::EMBEDDED_REGISTRY).unwrap();
+        // A fold with no TP4 run fits every term but the TP4 all-reduce latency.
+        let fitted: Vec<(Term, f64)> =
+            TERMS.iter().filter(|t| t.name != "all_reduce.latency_us_tp4").map(|t| (*t, t.initial)).collect();
+        let params = sample_params(&registry, TERMS, &fitted);
+        let beneath = registry.without_bundle(BUNDLE).resolve(CHIP).get(Family::AllReduce).clone();
+        let joint = registry.resolve(CHIP).get(Family::AllReduce).clone();
+        for tp in ["latency_us_tp4", "latency_us_tp8"] {
+            assert_eq!(params[&format!("all_reduce.{tp}")], beneath.param(tp), "{tp} from beneath the bundle");
+            assert_ne!(beneath.param(tp), joint.param(tp), "the joint fit's {tp} would leak the held-out runs");
+        }
+        let tp2 = TERMS.iter().find(|t| t.name == "all_reduce.latency_us_tp2").unwrap();
+        assert_eq!(params["all_reduce.latency_us_tp2"], tp2.initial, "a fitted term keeps its fitted value");
+        let named: usize = TERMS.iter().map(|t| t.params.len()).sum();
+        assert_eq!(params.len(), named, "every parameter of every term is in the sample");
+    }
 
     #[test]
     fn nelder_mead_finds_the_minimum_of_a_bounded_bowl() {
