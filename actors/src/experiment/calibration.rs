@@ -619,8 +619,16 @@ mod tests {
         let beneath = registry.without_bundle(BUNDLE).resolve(CHIP).get(Family::AllReduce).clone();
         let joint = registry.resolve(CHIP).get(Family::AllReduce).clone();
         for tp in ["latency_us_tp4", "latency_us_tp8"] {
-            assert_eq!(params[&format!("all_reduce.{tp}")], beneath.param(tp), "{tp} from beneath the bundle");
-            assert_ne!(beneath.param(tp), joint.param(tp), "the joint fit's {tp} would leak the held-out runs");
+            assert_eq!(
+                params[&format!("all_reduce.{tp}")],
+                beneath.param(tp),
+                "{tp} from beneath the bundle"
+            );
+            assert_ne!(
+                beneath.param(tp),
+                joint.param(tp),
+                "the joint fit's {tp} would leak the held-out runs"
+            );
         }
         let tp2 = TERMS.iter().find(|t| t.name == "all_reduce.latency_us_tp2").unwrap();
         assert_eq!(params["all_reduce.latency_us_tp2"], tp2.initial, "a fitted term keeps its fitted value");
