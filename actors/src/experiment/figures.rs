@@ -273,7 +273,7 @@ pub fn validity(priced: &RankShares, resolved: &serde_json::Value, registry: &Re
             }
         }
     }
-    let shares_said = reasons.len();
+    let mut range_reasons: Vec<String> = Vec::new();
     for pool in resolved["pools"].as_array().into_iter().flatten() {
         let (chip, model) =
             (pool["chip"]["name"].as_str().unwrap_or(""), pool["model"]["name"].as_str().unwrap_or(""));
@@ -288,8 +288,8 @@ pub fn validity(priced: &RankShares, resolved: &serde_json::Value, registry: &Re
                     "pool {name} serves {model}; the calibrated coefficients were fitted on {}",
                     models.join(", ")
                 );
-                if !reasons.contains(&reason) {
-                    reasons.push(reason);
+                if !range_reasons.contains(&reason) {
+                    range_reasons.push(reason);
                 }
             }
             if let Some([low, high]) =
@@ -298,16 +298,16 @@ pub fn validity(priced: &RankShares, resolved: &serde_json::Value, registry: &Re
                 let reason = format!(
                     "pool {name} runs tensor parallelism {tp}; the calibrated coefficients were fitted on {low}–{high}"
                 );
-                if !reasons.contains(&reason) {
-                    reasons.push(reason);
+                if !range_reasons.contains(&reason) {
+                    range_reasons.push(reason);
                 }
             }
         }
     }
     // In domain, the small shares of fixed terms are no reason; out of it, every share is said.
-    let in_domain = trusted_prices && reasons.len() == shares_said;
-    if in_domain {
-        reasons.clear();
+    if trusted_prices && range_reasons.is_empty() {
+        return ValidityRecord { in_domain: true, reasons: Vec::new() };
     }
-    ValidityRecord { in_domain, reasons }
+    reasons.append(&mut range_reasons);
+    ValidityRecord { in_domain: false, reasons }
 }
