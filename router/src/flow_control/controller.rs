@@ -93,7 +93,10 @@ struct Flow {
 #[derive(Clone, Debug)]
 struct Band {
     config: BandConfig,
-    /// Flows by fairness id (the key order round-robin uses).
+    /// Flows by fairness id (the key order round-robin uses), only those holding items. Upstream
+    /// collects an idle flow 5 min after it empties (`registry/gc.go`); an empty flow takes no
+    /// part in either policy's pick, so dropping it at once changes no decision and bounds the
+    /// map by the queued items rather than by every fairness id ever seen.
     flows: BTreeMap<Arc<str>, Flow>,
     len: u64,
     bytes: u64,
@@ -197,6 +200,11 @@ impl FlowController {
             queued: band.len > 0,
         }));
         eviction.maybe_reclaim(now_us, saturation, &self.demand, break_at, out);
+    }
+
+    /// How many flows hold queued items, over every band.
+    pub fn flow_count(&self) -> usize {
+        self.bands.values().map(|b| b.flows.len()).sum()
     }
 
     /// Items in the queues, finalized ones not yet swept included.
@@ -305,6 +313,9 @@ impl FlowController {
             let Some(flow_id) = band.pick() else { continue };
             let flow = band.flows.get_mut(&flow_id).expect("picked among the band's flows");
             let (_, item) = flow.items.pop_first().expect("a picked queue is not empty");
+            if flow.items.is_empty() {
+                band.flows.remove(&flow_id);
+            }
             band.len -= 1;
             band.bytes -= item.byte_size;
             self.total_len -= 1;
@@ -353,7 +364,7 @@ impl FlowController {
             return;
         }
         for band in self.bands.values_mut() {
-            for flow in band.flows.values_mut() {
+            band.flows.retain(|_, flow| {
                 flow.items.retain(|_, item| {
                     if item.finalized {
                         band.len -= 1;
@@ -364,7 +375,8 @@ impl FlowController {
                     }
                     !item.finalized
                 });
-            }
+                !flow.items.is_empty()
+            });
         }
         self.finalized = 0;
     }
@@ -406,8 +418,9 @@ impl Band {
                 .map(|(_, id)| id.clone()),
             Fairness::RoundRobin => {
                 let non_empty = |(id, flow): (&Arc<str>, &Flow)| (!flow.items.is_empty()).then(|| id.clone());
-                let last = self.last_served.as_deref().filter(|l| self.flows.contains_key(*l));
-                let picked = match last {
+                // The cursor is a position in key order: the flow served last may have emptied
+                // and left the map since.
+                let picked = match self.last_served.as_deref() {
                     Some(last) => {
                         self.flows.range::<str, _>((Excluded(last), Unbounded)).find_map(non_empty).or_else(
                             || self.flows.range::<str, _>((Unbounded, Included(last))).find_map(non_empty),
