@@ -275,6 +275,7 @@ pub fn assemble(
             notify_done,
             ledger: ledger.clone(),
             fairness_id: client_source.fairness_id.as_deref().map(Arc::from),
+            slo_ttft_ms: client_source.slo_ttft_ms,
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;

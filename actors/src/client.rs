@@ -97,6 +97,8 @@ pub struct ClientWiring {
     pub ledger: CallLedger,
     /// The fairness-id header its requests carry, if any.
     pub fairness_id: Option<Arc<str>>,
+    /// The SLO-TTFT header (ms) its requests carry, if any.
+    pub slo_ttft_ms: Option<u64>,
 }
 
 /// What the client knows of one LLM call.
@@ -181,6 +183,8 @@ pub struct Client {
     model: Arc<str>,
     /// The fairness-id header its requests carry.
     fairness_id: Option<Arc<str>>,
+    /// The SLO-TTFT header (ms) its requests carry.
+    slo_ttft_ms: Option<u64>,
     /// Whether it still has to tell the router it is done.
     notify_done: bool,
     last_transition: SimTime,
@@ -202,6 +206,7 @@ impl Client {
             notify_done,
             ledger,
             fairness_id,
+            slo_ttft_ms,
         } = wiring;
         let component = format!("client/{name}");
         let mut client = Client {
@@ -235,6 +240,7 @@ impl Client {
             released_token_ids,
             model,
             fairness_id,
+            slo_ttft_ms,
             notify_done,
             last_transition: SimTime::ZERO,
         };
@@ -518,6 +524,7 @@ impl Client {
             model: self.model.clone(),
             report_first_token: false,
             fairness_id: self.fairness_id.clone(),
+            slo_ttft_ms: self.slo_ttft_ms,
         };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }

@@ -99,6 +99,8 @@ pub struct CallRequest {
     /// Its `x-llm-d-inference-fairness-id` header, when its client sets one (always encoded: the
     /// message log's bincode cannot skip fields).
     pub fairness_id: Option<Arc<str>>,
+    /// Its `x-llm-d-slo-ttft-ms` header, when its client sets one.
+    pub slo_ttft_ms: Option<u64>,
 }
 
 /// A call an engine finished.
@@ -215,6 +217,7 @@ mod tests {
             model: Arc::from("m"),
             report_first_token: false,
             fairness_id: None,
+            slo_ttft_ms: None,
         }));
         let completion = ClusterMessage::Completion(Box::new(CallCompletion {
             key: 0,

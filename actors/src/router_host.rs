@@ -430,6 +430,7 @@ impl RouterHost {
                 Some(call.request.output_token_ids.len() as u64),
             ),
             received_us: now.as_micros(),
+            slo_ttft_ms: call.slo_ttft_ms,
         };
         let (key, client) = (call.request.key, call.client);
         match flow.controllers[model].enqueue(ticket, now.as_micros()) {

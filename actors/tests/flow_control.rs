@@ -206,6 +206,35 @@ fn round_robin_fairness_shields_a_light_flow_from_a_heavy_one() {
     }
 }
 
+/// Two clients in one flow, each burst at the same rate: one's requests carry an
+/// `x-llm-d-slo-ttft-ms` of 200, the other's 60,000. Under `slo-deadline-ordering-policy` the
+/// queue is ordered by received + target, so the tight client's calls leave it first and its mean
+/// TTFT falls well below what FCFS ordering gives it; a target of 0 is refused by path.
+#[test]
+fn slo_deadline_ordering_serves_the_tighter_ttft_target_first() {
+    let text = |ordering: &str| {
+        format!(
+            "seed: 5\nframe: {{ replications: 1 }}\ncluster:\n  network: {{ client_router_us: 500, router_engine_us: 100 }}\n  router:\n    config:\n      apiVersion: llm-d.ai/v1alpha1\n      kind: EndpointPickerConfig\n      featureGates: [flowControl]\n      plugins: [{{ type: queue-scorer }}, {{ type: {ordering} }}]\n      flowControl:\n        defaultPriorityBand: {{ orderingPolicyRef: {ordering} }}\n  pools:\n    - name: h100\n      replicas: 1\n      hardware: {{ chip: H100-SXM }}\n      model: Llama-3.1-8B\n      engine: {{ kind: vllm, version: \"0.15.1\", args: {{ max_num_seqs: 8 }} }}\nworkload:\n  clients:\n    - name: tight\n      slo_ttft_ms: 200\n      requests: 100\n      arrival: {{ process: poisson, rate_per_s: 50 }}\n      input_tokens: {{ dist: uniform, min: 300, max: 700 }}\n      output_tokens: {{ dist: uniform, min: 100, max: 200 }}\n    - name: relaxed\n      slo_ttft_ms: 60000\n      requests: 100\n      arrival: {{ process: poisson, rate_per_s: 50 }}\n      input_tokens: {{ dist: uniform, min: 300, max: 700 }}\n      output_tokens: {{ dist: uniform, min: 100, max: 200 }}\n"
+        )
+    };
+    let mean_ttft = |ordering: &str, client: &str| {
+        let out = run(&text(ordering), options(), &mut |_| {}).unwrap();
+        assert_eq!(out.result.fates.completed, out.result.fates.arrivals);
+        let ttfts: Vec<u64> =
+            out.calls.iter().filter(|c| c.client == client).map(|c| c.token_latency_us[0]).collect();
+        ttfts.iter().sum::<u64>() / ttfts.len() as u64
+    };
+    let fcfs = mean_ttft("fcfs-ordering-policy", "tight");
+    let slo = mean_ttft("slo-deadline-ordering-policy", "tight");
+    // 6.18 s against 10.94 s on this seed.
+    assert!(slo * 3 < fcfs * 2, "slo-deadline {slo} µs vs fcfs {fcfs} µs");
+    let bad = text("slo-deadline-ordering-policy").replace("slo_ttft_ms: 200", "slo_ttft_ms: 0");
+    match run(&bad, options(), &mut |_| {}) {
+        Err(RunError::Input(e)) => assert_eq!(e.path, "workload.clients[0].slo_ttft_ms", "{e}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
+
 const EVICTED: &str = "router_429: evicted: request evicted by flow control";
 
 /// The burst with in-flight eviction on (`burst-fc-on-evict`: the `on-ttl5s` settings plus

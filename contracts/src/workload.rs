@@ -166,6 +166,10 @@ pub struct ClientSpec {
     /// priority band under llm-d's flow control (absent: `default-flow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fairness_id: Option<String>,
+    /// The `x-llm-d-slo-ttft-ms` header its requests carry: their TTFT target, which the
+    /// `slo-deadline-ordering-policy` of llm-d's flow control orders queued requests by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_ttft_ms: Option<u64>,
     /// The model its requests name (default: the one model the cluster serves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -222,6 +226,10 @@ impl ClientSpec {
 
 /// The longest `fairness_id` accepted, bytes.
 pub const MAX_FAIRNESS_ID_BYTES: usize = 256;
+
+/// The longest `slo_ttft_ms` accepted: a day; a time-to-first-token target beyond it is not a
+/// serving objective (and a value past it would sort as if it had none).
+pub const MAX_SLO_TTFT_MS: u64 = 86_400_000;
 
 /// System prompts shared by groups of requests, written `{groups: 4, tokens: 512}`: each
 /// request draws one of `groups` prompts of `tokens` tokens uniformly and puts it before its own
@@ -822,6 +830,15 @@ impl Workload {
                     format!(
                         "a header value of 1 to {MAX_FAIRNESS_ID_BYTES} bytes without control characters"
                     ),
+                ));
+            }
+            if let Some(ms) = client.slo_ttft_ms
+                && !(1..=MAX_SLO_TTFT_MS).contains(&ms)
+            {
+                return Err(FieldError::new(
+                    format!("{path}.slo_ttft_ms"),
+                    ms,
+                    format!("a TTFT target of 1 to {MAX_SLO_TTFT_MS} ms (a day)"),
                 ));
             }
         }

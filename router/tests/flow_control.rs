@@ -57,6 +57,7 @@ fn drive(
                 fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
                 byte_size: 100,
                 received_us: us,
+                slo_ttft_ms: None,
             };
             if let Err(f) = controller.enqueue(ticket, us) {
                 let r = translate(f.outcome, Some(f.cause), false).unwrap();
@@ -375,7 +376,7 @@ mod properties {
                         let priority = BANDS[b];
                         sent.push((key, priority, f));
                         let flow: Arc<str> = Arc::from(format!("flow-{f}"));
-                        let ticket = Ticket { key, priority, fairness_id: flow, byte_size: 10, received_us: now_us };
+                        let ticket = Ticket { key, priority, fairness_id: flow, byte_size: 10, received_us: now_us, slo_ttft_ms: None };
                         if let Err(refusal) = fc.enqueue(ticket, now_us) {
                             prop_assert_eq!(refusal.outcome, QueueOutcome::RejectedCapacity);
                             prop_assert!(ended.insert(key, "refused").is_none());
@@ -513,6 +514,7 @@ fn a_critical_request_behind_saturation_evicts_sheddable_requests_in_flight() {
                 fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
                 byte_size: 100,
                 received_us: us,
+                slo_ttft_ms: None,
             };
             controller.enqueue(ticket, us).expect("room in the queues");
             cycle(&mut controller, &mut fates);

@@ -331,6 +331,7 @@ fn blocked_item(controller: &mut FlowController, priority: i64) {
         fairness_id: Arc::from(DEFAULT_FAIRNESS_ID),
         byte_size: 10,
         received_us: 0,
+        slo_ttft_ms: None,
     };
     controller.enqueue(ticket, 0).unwrap();
 }

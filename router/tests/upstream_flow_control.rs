@@ -256,7 +256,14 @@ fn processor_has_capacity() {
 }
 
 fn ticket(key: u64, priority: i64, flow: &str, bytes: u64) -> Ticket {
-    Ticket { key, priority, fairness_id: Arc::from(flow), byte_size: bytes, received_us: 0 }
+    Ticket {
+        key,
+        priority,
+        fairness_id: Arc::from(flow),
+        byte_size: bytes,
+        received_us: 0,
+        slo_ttft_ms: None,
+    }
 }
 
 /// upstream: processor_test.go::TestProcessor "Unit/enqueue" ("should reject item as

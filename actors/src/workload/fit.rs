@@ -250,6 +250,7 @@ impl WorkloadFit {
                 priority: None,
                 timeout_s: None,
                 fairness_id: None,
+                slo_ttft_ms: None,
                 model: None,
             }],
             replays: Vec::new(),

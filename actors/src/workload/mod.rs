@@ -96,6 +96,8 @@ pub struct ClientSource {
     pub model_path: String,
     /// The fairness-id header its requests carry, if the workload says.
     pub fairness_id: Option<String>,
+    /// The SLO-TTFT header (ms) its requests carry, if the workload says.
+    pub slo_ttft_ms: Option<u64>,
 }
 
 /// The sources of every client of `workload`, synthetic clients first, then replays (whose
@@ -118,6 +120,7 @@ pub fn sources(
             model: spec.model.clone(),
             model_path: format!("workload.clients[{i}].model"),
             fairness_id: spec.fairness_id.clone(),
+            slo_ttft_ms: spec.slo_ttft_ms,
         });
     }
     for (i, replay) in workload.replays.iter().enumerate() {
@@ -131,6 +134,7 @@ pub fn sources(
             model: replay.model.clone(),
             model_path: format!("workload.replays[{i}].model"),
             fairness_id: None,
+            slo_ttft_ms: None,
         });
     }
     if let Some(import) = &workload.inference_perf {
@@ -144,6 +148,7 @@ pub fn sources(
             model: import.model.clone(),
             model_path: "workload.inference_perf.model".to_owned(),
             fairness_id: None,
+            slo_ttft_ms: None,
         });
     }
     Ok(out)

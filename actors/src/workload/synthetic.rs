@@ -180,6 +180,7 @@ mod tests {
             priority: None,
             timeout_s: None,
             fairness_id: None,
+            slo_ttft_ms: None,
             model: None,
         }
     }

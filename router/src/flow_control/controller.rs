@@ -37,6 +37,8 @@ pub struct Ticket {
     pub byte_size: u64,
     /// When the router received it, µs.
     pub received_us: u64,
+    /// Its `x-llm-d-slo-ttft-ms` header, ms, when it carries one.
+    pub slo_ttft_ms: Option<u64>,
 }
 
 /// A request flow control finished with other than by dispatch.
@@ -274,7 +276,7 @@ impl FlowController {
             enqueue_us: now_us,
             ttl_us,
             received_us: ticket.received_us,
-            slo_ttft_ms: None,
+            slo_ttft_ms: ticket.slo_ttft_ms,
             sequence: self.sequence,
         };
         self.sequence += 1;

@@ -21,8 +21,8 @@ pub enum Ordering {
     /// 0) first, then earlier enqueue.
     Edf,
     /// `slo-deadline-ordering-policy`: earlier `received + x-llm-d-slo-ttft-ms` first, then
-    /// earlier receipt. blis-actor's requests carry no headers, so every deadline is the
-    /// policy's "none" (last) and the order is by receipt.
+    /// earlier receipt; a request without the header (its client sets no `slo_ttft_ms`)
+    /// sorts last.
     SloDeadline,
 }
 
