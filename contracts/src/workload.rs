@@ -228,7 +228,7 @@ impl ClientSpec {
 pub const MAX_FAIRNESS_ID_BYTES: usize = 256;
 
 /// The longest `slo_ttft_ms` accepted: a day; a time-to-first-token target beyond it is not a
-/// serving objective (and a value past it would sort as if it had none).
+/// serving objective.
 pub const MAX_SLO_TTFT_MS: u64 = 86_400_000;
 
 /// System prompts shared by groups of requests, written `{groups: 4, tokens: 512}`: each

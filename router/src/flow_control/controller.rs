@@ -16,7 +16,7 @@
 //! dispatched nothing (it acts only when that cycle stopped at a head-of-line break).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound::{Excluded, Included, Unbounded};
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 use super::config::{BandConfig, FlowControlConfig};
@@ -409,7 +409,7 @@ impl Band {
         Band { config, flows: BTreeMap::new(), len: 0, bytes: 0, last_served: None }
     }
 
-    /// The fairness policy's pick among the band's non-empty queues.
+    /// The fairness policy's pick among the band's queues (all of them hold items).
     fn pick(&mut self) -> Option<Arc<str>> {
         match self.config.fairness {
             Fairness::GlobalStrict => self
@@ -419,17 +419,13 @@ impl Band {
                 .min()
                 .map(|(_, id)| id.clone()),
             Fairness::RoundRobin => {
-                let non_empty = |(id, flow): (&Arc<str>, &Flow)| (!flow.items.is_empty()).then(|| id.clone());
-                // The cursor is a position in key order: the flow served last may have emptied
-                // and left the map since.
-                let picked = match self.last_served.as_deref() {
-                    Some(last) => {
-                        self.flows.range::<str, _>((Excluded(last), Unbounded)).find_map(non_empty).or_else(
-                            || self.flows.range::<str, _>((Unbounded, Included(last))).find_map(non_empty),
-                        )
-                    }
-                    None => self.flows.iter().find_map(non_empty),
-                };
+                // Every flow in the map holds items. The cursor is a position in key order: the
+                // flow served last may have emptied and left the map since.
+                let after_last = self
+                    .last_served
+                    .as_deref()
+                    .and_then(|last| self.flows.range::<str, _>((Excluded(last), Unbounded)).next());
+                let picked = after_last.or_else(|| self.flows.iter().next()).map(|(id, _)| id.clone());
                 self.last_served = picked.clone();
                 picked
             }
