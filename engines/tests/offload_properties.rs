@@ -98,7 +98,7 @@ impl Worker {
     }
 
     fn step(&mut self, out: &SchedulerOutput, case: &Case) -> Option<ConnectorOutput> {
-        let meta = out.connector_meta.as_ref().expect("metadata every step");
+        let meta = out.connector_meta.as_ref().and_then(|m| m.offload()).expect("metadata every step");
         if !out.preempted.is_empty() {
             let (submitted, wait) = self.worker.handle_preemptions(&out.preempted);
             self.submit(submitted);

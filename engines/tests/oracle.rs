@@ -30,6 +30,8 @@ fn traces() -> Vec<Trace> {
         .expect("the oracle traces are in the repository")
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        // Prefill/decode pairs have their own replay (nixl_oracle.rs).
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("nixl-")))
         .collect();
     files.sort();
     files
@@ -89,7 +91,8 @@ impl FakeWorker {
 
     /// One engine step's worker calls, in gpu_model_runner's order; the connector output.
     fn step(&mut self, out: &SchedulerOutput) -> Option<ConnectorOutput> {
-        let meta = out.connector_meta.as_ref().expect("a connector's step has metadata");
+        let meta =
+            out.connector_meta.as_ref().and_then(|m| m.offload()).expect("an offloading step has metadata");
         if !out.preempted.is_empty() {
             let (submitted, wait) = self.worker.handle_preemptions(&out.preempted);
             self.submit(submitted);
@@ -412,7 +415,7 @@ fn replay(trace: &Trace) -> Result<usize, String> {
                 }
             }
             if r.worker.is_some() {
-                let meta = out.connector_meta.as_ref().unwrap();
+                let meta = out.connector_meta.as_ref().and_then(|m| m.offload()).unwrap();
                 for (field, got) in
                     [("loads", specs_json(&meta.loads, true)), ("stores", specs_json(&meta.stores, false))]
                 {

@@ -9,7 +9,7 @@ use blis_contracts::yaml::{self, YamlValue};
 use blis_contracts::{FieldError, ModelArchitecture};
 use serde::{Deserialize, Serialize};
 
-use super::connector::{KvTransferConfig, OffloadConfig};
+use super::connector::{KvConnectorKind, KvTransferConfig, NixlConfig, OffloadConfig};
 use super::fields::{Treatment, treatment};
 
 /// The vLLM release this build models.
@@ -123,6 +123,9 @@ pub struct VllmConfig {
     /// The offloading connector's settings, when one is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload: Option<OffloadConfig>,
+    /// NIXL's settings (prefill/decode disaggregation), when that connector is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nixl: Option<NixlConfig>,
 }
 
 /// What vLLM's defaults depend on about the device.
@@ -340,7 +343,7 @@ impl VllmArgs {
         if let Some(0) = self.kv_cache_memory_bytes {
             return Err(FieldError::new(at("kv_cache_memory_bytes"), 0, "must be at least one block"));
         }
-        let offload = KvTransferConfig::resolve(
+        let connector = KvTransferConfig::resolve(
             self.kv_transfer_config.as_ref(),
             self.kv_offloading_size,
             self.kv_offloading_backend.as_deref(),
@@ -348,8 +351,12 @@ impl VllmArgs {
             self.kv_events_config_given,
             self.disable_hybrid_kv_cache_manager,
             path,
-        )?
-        .map(|(_, config)| config);
+        )?;
+        let (offload, nixl) = match connector {
+            Some(KvConnectorKind::Offloading(o)) => (Some(o), None),
+            Some(KvConnectorKind::Nixl(n)) => (None, Some(n)),
+            None => (None, None),
+        };
         let enforce_eager = self.enforce_eager.unwrap_or(false);
         let cudagraph_capture_sizes = if enforce_eager {
             Vec::new()
@@ -377,6 +384,7 @@ impl VllmArgs {
             kv_cache_dtype,
             quantization: self.quantization.clone(),
             offload,
+            nixl,
         })
     }
 }

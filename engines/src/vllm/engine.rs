@@ -7,13 +7,17 @@
 //! asynchronously up to two are in flight, so a batch is scheduled before the previous one's
 //! outputs are known.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use std::fmt;
 
 use blis_contracts::{Environment, StepGraph, StepPrice, StepRequest, StepShape, Transfer};
 
-use super::connector::{Connector, ConnectorOutput, Job, OffloadWorker, OffloadingScheduler, cpu_blocks};
+use super::connector::{
+    Connector, ConnectorOutput, Job, KvTransferParams, NixlScheduler, OffloadWorker, OffloadingScheduler,
+    cpu_blocks,
+};
 use super::kv_cache_manager::KvCacheManager;
 use super::metrics::{CacheConfigInfo, MetricsSnapshot};
 use super::plan::VllmPlan;
@@ -37,6 +41,9 @@ pub enum Rejection {
     },
     /// An empty prompt.
     EmptyPrompt,
+    /// A decode leg whose `kv_transfer_params` name no remote blocks (vLLM's NIXL scheduler
+    /// asserts on it).
+    NoRemoteBlocks,
 }
 
 impl Rejection {
@@ -45,9 +52,14 @@ impl Rejection {
         match self {
             Rejection::ExceedsMaxModelLen { .. } => "exceeds_max_model_len",
             Rejection::EmptyPrompt => "empty_prompt",
+            Rejection::NoRemoteBlocks => "no_remote_blocks",
         }
     }
 }
+
+/// The engine id of a NIXL instance whose `kv_transfer_config` names none and whose host has
+/// not named it.
+const DEFAULT_ENGINE_ID: &str = "engine-0";
 
 /// Steps without a sampled token, per token of `max_model_len`, after which an instance is
 /// declared livelocked. Without preemption a running request gains at least one token a step,
@@ -116,10 +128,101 @@ impl OffloadSide {
             let done = &self.done;
             self.wait_for.extend(wait.into_iter().filter(|j| !done.contains(j)));
         }
-        let meta = batch.connector_meta.as_ref().expect("a connector's step has metadata");
+        let meta =
+            batch.connector_meta.as_ref().and_then(|m| m.offload()).expect("an offloading step's metadata");
         let submitted = self.worker.start_kv_transfers(meta);
         self.submitted.extend(submitted);
     }
+}
+
+/// NIXL's worker side in an instance (`NixlConnectorWorker`, its bookkeeping only): the reads a
+/// decode instance is to start and those done, the requests a prefill instance holds for a
+/// reader with when the hold expires, and the notifications of reads done.
+#[derive(Default)]
+struct NixlSide {
+    pulls: Vec<KvPull>,
+    reads_in_flight: BTreeSet<u64>,
+    reads_done: BTreeSet<u64>,
+    to_process: BTreeSet<u64>,
+    holds: BTreeMap<u64, u64>,
+    notified: BTreeSet<u64>,
+    /// Reads handed out and their bytes.
+    reads: (u64, u64),
+    /// Holds released by the expiry rather than by a reader.
+    expired: u64,
+}
+
+impl NixlSide {
+    /// `start_load_kv` at the top of a batch's execute_model: the batch's reads are started, and
+    /// the requests it names enter the books.
+    fn start_batch(&mut self, batch: &SchedulerOutput, environment: &dyn Environment) {
+        let Some(meta) = batch.connector_meta.as_ref().and_then(|m| m.nixl()) else { return };
+        for recv in &meta.reqs_to_recv {
+            let blocks = recv.local_blocks.len() as u64;
+            let bytes =
+                if blocks == 0 { 0 } else { environment.transfer_bytes(&Transfer { gpu_blocks: blocks }) };
+            if blocks > 0 {
+                self.reads_in_flight.insert(recv.key);
+                self.reads.0 += 1;
+                self.reads.1 += bytes;
+            }
+            self.pulls.push(KvPull {
+                key: recv.key,
+                remote_engine_id: recv.remote_engine_id.clone(),
+                remote_request_key: recv.remote_request_key,
+                local_blocks: blocks as u32,
+                bytes,
+            });
+        }
+        self.to_process.extend(meta.reqs_in_batch.iter().copied());
+        for key in &meta.reqs_not_processed {
+            self.to_process.remove(key);
+        }
+        self.holds.extend(meta.reqs_to_send.iter().copied());
+    }
+
+    /// `get_finished` at `now_us`: reads done, and held requests a reader notified or whose hold
+    /// expired, in key order.
+    fn get_finished(&mut self, now_us: u64) -> ConnectorOutput {
+        let finished_recving: Vec<u64> = std::mem::take(&mut self.reads_done).into_iter().collect();
+        let mut finished_sending = Vec::new();
+        let notified = std::mem::take(&mut self.notified);
+        for key in notified {
+            if self.holds.remove(&key).is_some() {
+                self.to_process.remove(&key);
+                finished_sending.push(key);
+            } else if self.to_process.contains(&key) {
+                // Notified before the hold reached the worker: counted now, released with it.
+                self.notified.insert(key);
+            }
+        }
+        let expired: Vec<u64> =
+            self.holds.iter().filter(|&(_, &expiry)| expiry < now_us).map(|(&key, _)| key).collect();
+        for key in expired {
+            self.holds.remove(&key);
+            self.to_process.remove(&key);
+            self.expired += 1;
+            finished_sending.push(key);
+        }
+        finished_sending.sort_unstable();
+        ConnectorOutput { finished_sending, finished_recving, invalid_block_ids: Vec::new() }
+    }
+}
+
+/// A KV read a decode instance's worker starts (NIXL `READ`), for the host to carry from the
+/// prefill instance's GPUs to its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvPull {
+    /// The decode instance's request.
+    pub key: u64,
+    /// The prefill instance (its engine id) to read from.
+    pub remote_engine_id: Arc<str>,
+    /// The prefill instance's request.
+    pub remote_request_key: u64,
+    /// Blocks read (0: nothing to read, only a notification that the prefill side may free).
+    pub local_blocks: u32,
+    /// Bytes over all the decode instance's GPUs, as the cost model counts KV bytes.
+    pub bytes: u64,
 }
 
 /// A copy job the host hands to the fabric: its id, its direction and its bytes.
@@ -136,6 +239,7 @@ pub struct CopyJob {
 /// A vLLM instance as a plain state machine.
 pub struct VllmEngine {
     offload: Option<OffloadSide>,
+    nixl: Option<NixlSide>,
     plan: VllmPlan,
     scheduler: Scheduler,
     environment: Box<dyn Environment>,
@@ -180,7 +284,7 @@ impl VllmEngine {
             cache_dtype: config.kv_cache_dtype.clone(),
             gpu_memory_utilization: config.gpu_memory_utilization,
         });
-        let connector = config.offload.map(|o| {
+        let offload_connector = config.offload.map(|o| {
             let factor = o.block_size / config.block_size;
             let per_gpu_block = environment.transfer_bytes(&Transfer { gpu_blocks: 1 });
             let blocks = cpu_blocks(o.cpu_bytes_to_use, per_gpu_block, factor);
@@ -192,7 +296,7 @@ impl VllmEngine {
                 false,
             ))
         });
-        let offload = connector.as_ref().map(|_| OffloadSide {
+        let offload = offload_connector.as_ref().map(|_| OffloadSide {
             worker: OffloadWorker::new(),
             submitted: Vec::new(),
             done: Vec::new(),
@@ -200,9 +304,15 @@ impl VllmEngine {
             stores: (0, 0),
             loads: (0, 0),
         });
+        let nixl_connector = config.nixl.as_ref().map(|n| {
+            let engine_id = n.engine_id.as_deref().unwrap_or(DEFAULT_ENGINE_ID);
+            Connector::Nixl(NixlScheduler::new(Arc::from(engine_id), config.tensor_parallel_size))
+        });
+        let nixl = nixl_connector.as_ref().map(|_| NixlSide::default());
         VllmEngine {
             offload,
-            scheduler: Scheduler::with_connector(limits, kv, connector),
+            nixl,
+            scheduler: Scheduler::with_connector(limits, kv, offload_connector.or(nixl_connector)),
             plan,
             environment,
             in_flight: VecDeque::new(),
@@ -233,6 +343,13 @@ impl VllmEngine {
 
     /// Accept a request, or refuse it as vLLM's API server would.
     pub fn add_request(&mut self, request: &EngineRequest) -> Result<(), Rejection> {
+        self.admissible(request)?;
+        self.scheduler.add_request(request);
+        Ok(())
+    }
+
+    /// The API server's checks of a request.
+    fn admissible(&self, request: &EngineRequest) -> Result<(), Rejection> {
         let prompt = request.prompt_token_ids.len() as u32;
         let max_tokens = request.output_token_ids.len() as u32;
         let max_model_len = self.scheduler.limits().max_model_len;
@@ -242,8 +359,67 @@ impl VllmEngine {
         if u64::from(prompt) + u64::from(max_tokens) > u64::from(max_model_len) {
             return Err(Rejection::ExceedsMaxModelLen { prompt, max_tokens, max_model_len });
         }
-        self.scheduler.add_request(request);
         Ok(())
+    }
+
+    /// Accept a request carrying `kv_transfer_params` (the decode sidecar's legs), or refuse it
+    /// as [`VllmEngine::add_request`] does. A decode leg whose params name no blocks to read is
+    /// refused: vLLM's scheduler would fail its assertion on it.
+    pub fn add_request_with_transfer(
+        &mut self,
+        request: &EngineRequest,
+        params: KvTransferParams,
+    ) -> Result<(), Rejection> {
+        if self.nixl.is_some() && params.do_remote_prefill && params.remote_block_ids.is_empty() {
+            return Err(Rejection::NoRemoteBlocks);
+        }
+        self.admissible(request)?;
+        self.scheduler.add_request_with_transfer(request, params);
+        Ok(())
+    }
+
+    /// Whether the instance runs NIXL (prefill/decode disaggregation).
+    pub fn nixl(&self) -> bool {
+        self.nixl.is_some()
+    }
+
+    /// The instance's NIXL engine id (what its returned params name it by).
+    pub fn engine_id(&self) -> Option<&str> {
+        self.scheduler.connector().and_then(|c| c.nixl()).map(|n| &**n.engine_id())
+    }
+
+    /// Name the instance for NIXL (the host gives each instance its own id, as vLLM draws a
+    /// fresh uuid4 for each unless one is configured).
+    pub fn set_engine_id(&mut self, engine_id: Arc<str>) {
+        self.scheduler.set_nixl_engine_id(engine_id);
+    }
+
+    /// Reads started since the last call (a decode instance's), for the host to carry.
+    pub fn take_pulls(&mut self) -> Vec<KvPull> {
+        self.nixl.as_mut().map_or_else(Vec::new, |side| std::mem::take(&mut side.pulls))
+    }
+
+    /// The read for request `key` finished (its bytes arrived); the worker reports it at its
+    /// next poll.
+    pub fn pull_done(&mut self, key: u64) {
+        if let Some(side) = &mut self.nixl
+            && side.reads_in_flight.remove(&key)
+        {
+            side.reads_done.insert(key);
+        }
+    }
+
+    /// A decode instance finished reading this instance's blocks for its request
+    /// `remote_request_key`; the hold is released at the next poll.
+    pub fn notify_sent(&mut self, remote_request_key: u64) {
+        if let Some(side) = &mut self.nixl {
+            side.notified.insert(remote_request_key);
+        }
+    }
+
+    /// NIXL's totals so far: reads started, bytes read, holds released by expiry.
+    pub fn nixl_totals(&self) -> Option<(u64, u64, u64)> {
+        self.nixl.as_ref().map(|side| (side.reads.0, side.reads.1, side.expired))
     }
 
     /// Abort a request; its record if it was held.
@@ -320,10 +496,13 @@ impl VllmEngine {
         self.preemptions_without_token += output.preempted.len() as u64;
         // The worker runs batches one after another: a batch's execute_model starts once the
         // previous one's has ended (under asynchronous scheduling, when that batch completes).
-        if self.in_flight.is_empty()
-            && let Some(side) = &mut self.offload
-        {
-            side.start_batch(&output);
+        if self.in_flight.is_empty() {
+            if let Some(side) = &mut self.offload {
+                side.start_batch(&output);
+            }
+            if let Some(side) = &mut self.nixl {
+                side.start_batch(&output, &*self.environment);
+            }
         }
         self.in_flight.push_back(output);
         self.pad_to_graph();
@@ -358,7 +537,11 @@ impl VllmEngine {
         let Some(batch) = self.in_flight.pop_front() else { return };
         let output = self.offload.as_mut().and_then(|side| {
             // After the forward: this step's stores are queued for the next; then the poll.
-            let meta = batch.connector_meta.as_ref().expect("a connector's step has metadata");
+            let meta = batch
+                .connector_meta
+                .as_ref()
+                .and_then(|m| m.offload())
+                .expect("an offloading step's metadata");
             if batch.total > 0 {
                 side.worker.prepare_store_kv(meta);
             }
@@ -369,9 +552,19 @@ impl VllmEngine {
             // A zero-token step drops an empty output (kv_connector_no_forward).
             (batch.total > 0 || !output.is_empty()).then_some(output)
         });
+        let output = output.or_else(|| {
+            let side = self.nixl.as_mut()?;
+            let output = side.get_finished(now_us);
+            (batch.total > 0 || !output.is_empty()).then_some(output)
+        });
         self.scheduler.update_from_output_with(&batch, now_us, output.as_ref(), &mut self.update);
-        if let (Some(side), Some(next)) = (&mut self.offload, self.in_flight.front()) {
-            side.start_batch(next);
+        if let Some(next) = self.in_flight.front() {
+            if let Some(side) = &mut self.offload {
+                side.start_batch(next);
+            }
+            if let Some(side) = &mut self.nixl {
+                side.start_batch(next, &*self.environment);
+            }
         }
         if self.update.tokens.iter().any(|(_, token)| token.is_some()) || !self.scheduler.has_requests() {
             self.steps_without_token = 0;
@@ -454,6 +647,10 @@ impl VllmEngine {
     /// stops polling and notices neither until new work arrives).
     pub fn transfers_pending(&self) -> bool {
         self.offload.as_ref().is_some_and(|side| side.worker.jobs_in_flight() > 0 || !side.done.is_empty())
+            || self
+                .nixl
+                .as_ref()
+                .is_some_and(|side| !side.reads_in_flight.is_empty() || !side.reads_done.is_empty())
             || self.scheduler.num_held() > 0
     }
 

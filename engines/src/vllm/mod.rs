@@ -18,7 +18,7 @@ mod scheduler;
 pub use args::{DeviceClass, VLLM_VERSION, VllmArgs, VllmConfig, capture_sizes};
 pub use block_hash::{BlockHash, BlockKey, event_value, hash_block, key_block, none_hash};
 pub use block_pool::{BlockId, BlockPool, EventSpan, KvEvent, KvEvents};
-pub use engine::{CopyJob, Rejection, Stall, VllmEngine};
+pub use engine::{CopyJob, KvPull, Rejection, Stall, VllmEngine};
 pub use fields::{ARGUMENTS, Treatment, treatment};
 pub use kv_cache_manager::{KvCacheManager, PrefixCacheStats};
 pub use metrics::{CacheConfigInfo, MetricsSnapshot};

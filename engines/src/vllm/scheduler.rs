@@ -36,7 +36,9 @@ mod invariants;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::block_pool::{BlockId, KvEvents};
-use super::connector::{Connector, ConnectorEvent, ConnectorOutput, OffloadMeta, ScheduledRequest};
+use super::connector::{
+    Connector, ConnectorEvent, ConnectorMeta, ConnectorOutput, KvTransferParams, ScheduledRequest,
+};
 use super::kv_cache_manager::{KvCacheManager, PrefixCacheStats};
 use super::queue::{PriorityKey, WaitingQueue};
 use super::request::{EngineRequest, Request, Status};
@@ -94,6 +96,9 @@ pub struct FinishedRequest {
     pub num_cached_tokens: u32,
     /// Whether it was ever admitted to running (vLLM's `num_cached_tokens` is −1 otherwise).
     pub admitted: bool,
+    /// The `kv_transfer_params` its connector returned (a NIXL prefill instance's, for the
+    /// decode instance that reads its KV).
+    pub kv_transfer: Option<KvTransferParams>,
 }
 
 /// A change in one request's life, kept until [`Scheduler::clear_events`], for timelines and
@@ -203,7 +208,7 @@ pub struct SchedulerOutput {
     /// The block ids the admissions' spans point into.
     pub blocks: Vec<BlockId>,
     /// The connector's metadata for this step (its loads and stores), with a connector.
-    pub connector_meta: Option<OffloadMeta>,
+    pub connector_meta: Option<ConnectorMeta>,
 }
 
 impl SchedulerOutput {
@@ -287,6 +292,8 @@ pub struct Scheduler {
     skipped: Vec<RequestHandle>,
     held_requests: usize,
     record_events: bool,
+    /// The time of the latest update, µs (when a NIXL hold taken at a finish expires from).
+    clock_us: u64,
 }
 
 impl Scheduler {
@@ -334,6 +341,7 @@ impl Scheduler {
             skipped: Vec::new(),
             held_requests: 0,
             record_events: false,
+            clock_us: 0,
         }
     }
 
@@ -361,6 +369,27 @@ impl Scheduler {
 
     /// Add a request to the waiting queue. Its key must be new.
     pub fn add_request(&mut self, spec: &EngineRequest) {
+        self.add(spec);
+    }
+
+    /// Rename the instance's NIXL connector (see [`super::connector::NixlScheduler::set_engine_id`]).
+    pub fn set_nixl_engine_id(&mut self, engine_id: std::sync::Arc<str>) {
+        if let Some(nixl) = self.connector.as_mut().and_then(Connector::nixl_mut) {
+            nixl.set_engine_id(engine_id);
+        }
+    }
+
+    /// Add a request carrying `kv_transfer_params` for its NIXL connector (see
+    /// [`KvTransferParams`]); without a NIXL connector the params are ignored, as vLLM warns and
+    /// runs the request normally.
+    pub fn add_request_with_transfer(&mut self, spec: &EngineRequest, params: KvTransferParams) {
+        if let Some(nixl) = self.connector.as_mut().and_then(Connector::nixl_mut) {
+            nixl.register(spec.key, params);
+        }
+        self.add(spec);
+    }
+
+    fn add(&mut self, spec: &EngineRequest) {
         let request = Request::new(spec, self.key_block_size, &mut self.scratch);
         let slot = match self.free_slots.pop() {
             Some(slot) => slot,
@@ -584,7 +613,13 @@ impl Scheduler {
                 if request.num_computed_tokens == 0 {
                     let hit = self.kv.get_computed_blocks(request, &mut hits);
                     let external = self.connector.as_mut().map(|c| {
-                        c.get_num_new_matched_tokens(&request.block_keys, request.num_tokens(), hit)
+                        c.get_num_new_matched_tokens(
+                            request.spec.key,
+                            &request.block_keys,
+                            request.num_tokens(),
+                            request.num_prompt_tokens,
+                            hit,
+                        )
                     });
                     (hit, request.num_tokens(), external)
                 } else {
@@ -973,6 +1008,7 @@ impl Scheduler {
         connector_output: Option<&ConnectorOutput>,
         out: &mut UpdateOutput,
     ) {
+        self.clock_us = now_us;
         out.tokens.clear();
         out.finished.clear();
         out.kv_events.clear();
@@ -1083,7 +1119,14 @@ impl Scheduler {
         finished: &mut Vec<FinishedRequest>,
     ) {
         let key = self.get(handle).spec.key;
-        if self.connector.as_mut().is_some_and(|c| c.request_finished(key)) {
+        let now_us = self.clock_us;
+        let (held, kv_transfer) = match (&mut self.connector, &self.slots[handle.slot as usize].1) {
+            (Some(c), Some(request)) => {
+                c.request_finished(key, reason == FinishReason::Length, &request.blocks, now_us)
+            }
+            _ => (false, None),
+        };
+        if held {
             // The connector holds its blocks until the worker reports its transfers done.
             let request = self.get_mut(handle);
             request.status = Status::Finished;
@@ -1094,6 +1137,7 @@ impl Scheduler {
                 num_preemptions: request.num_preemptions,
                 num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
                 admitted: request.num_cached_tokens.is_some(),
+                kv_transfer,
             };
             self.held_requests += 1;
             self.finished_ids.push(key);
@@ -1115,6 +1159,7 @@ impl Scheduler {
             num_preemptions: request.num_preemptions,
             num_cached_tokens: request.num_cached_tokens.unwrap_or(0),
             admitted: request.num_cached_tokens.is_some(),
+            kv_transfer,
         });
     }
 

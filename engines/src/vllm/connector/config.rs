@@ -2,8 +2,8 @@
 //! `kv_offloading_size` shorthand as `VllmConfig._post_init_kv_transfer_config` expands it, and
 //! the offloading connector's extra config (`v1/kv_offload/{spec,cpu,factory}.py`).
 //!
-//! Only `OffloadingConnector` with the `lru` policy over `CPUOffloadingSpec` is modelled; every
-//! other registered connector is refused by name, and where 0.15.1 itself fails (ARC crashing on
+//! `OffloadingConnector` with the `lru` policy over `CPUOffloadingSpec` and `NixlConnector` with
+//! device buffers are modelled; every other registered connector is refused by name, and where 0.15.1 itself fails (ARC crashing on
 //! the first store; `--kv-offloading-size` alone with the hybrid KV-cache manager on) the
 //! refusal carries upstream's condition.
 
@@ -60,11 +60,25 @@ pub struct KvTransferConfig {
     pub kv_load_failure_policy: Option<String>,
 }
 
-/// Which connector a configuration selects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which connector a configuration selects, resolved.
+#[derive(Clone, Debug, PartialEq)]
 pub enum KvConnectorKind {
     /// `OffloadingConnector`.
-    Offloading,
+    Offloading(OffloadConfig),
+    /// `NixlConnector`.
+    Nixl(NixlConfig),
+}
+
+/// NIXL's settings, resolved.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NixlConfig {
+    /// `kv_producer`, `kv_consumer` or `kv_both` (NIXL acts on each request's params whatever
+    /// the role).
+    pub kv_role: String,
+    /// The engine id, if configured (else the host names the instance).
+    pub engine_id: Option<String>,
+    /// Whether `kv_load_failure_policy` is `recompute` (else `fail`).
+    pub recompute_on_failure: bool,
 }
 
 /// The offloading connector's settings, resolved.
@@ -108,7 +122,7 @@ impl KvTransferConfig {
         kv_events_config: bool,
         disable_hybrid: Option<bool>,
         path: &str,
-    ) -> Result<Option<(KvConnectorKind, OffloadConfig)>, FieldError> {
+    ) -> Result<Option<KvConnectorKind>, FieldError> {
         let at = |field: &str| format!("{path}.{field}");
         let mut config = given.cloned();
         let mut extra = match given.and_then(|c| c.kv_connector_extra_config.clone()) {
@@ -199,9 +213,13 @@ impl KvTransferConfig {
                 format!("Please specify kv_role when kv_connector is set, supported roles are {ROLES}"),
             ));
         }
+        if name == "NixlConnector" {
+            return Self::resolve_nixl(&config, extra.iter(), &tc).map(Some);
+        }
         if name != "OffloadingConnector" {
             let cause = if REGISTERED.contains(&name.as_str()) {
-                "a vLLM connector this build does not model (only OffloadingConnector is)".to_owned()
+                "a vLLM connector this build does not model (only OffloadingConnector and NixlConnector are)"
+                    .to_owned()
             } else if config.kv_connector_module_path.is_some() {
                 "a connector loaded from kv_connector_module_path is not modelled".to_owned()
             } else {
@@ -323,9 +341,86 @@ impl KvTransferConfig {
                 ));
             }
         };
-        Ok(Some((
-            KvConnectorKind::Offloading,
-            OffloadConfig { cpu_bytes_to_use, block_size, recompute_on_failure: policy == "recompute" },
-        )))
+        Ok(Some(KvConnectorKind::Offloading(OffloadConfig {
+            cpu_bytes_to_use,
+            block_size,
+            recompute_on_failure: policy == "recompute",
+        })))
+    }
+
+    /// NIXL's settings (`NixlConnector`'s extra config: `backends`, `num_threads`,
+    /// `enforce_handshake_compat`, none of which changes a scheduling decision).
+    fn resolve_nixl<'a>(
+        config: &KvTransferConfig,
+        extra: impl Iterator<Item = (&'a YamlValue, &'a YamlValue)>,
+        tc: &dyn Fn(&str) -> String,
+    ) -> Result<KvConnectorKind, FieldError> {
+        if let Some(device) = config.kv_buffer_device.as_deref()
+            && device != "cuda"
+        {
+            return Err(FieldError::new(
+                tc("kv_buffer_device"),
+                device,
+                "only device buffers (cuda) are modelled; the host-buffer mode copies every prefill chunk to host \
+                 memory and is not",
+            ));
+        }
+        if config.kv_connector_module_path.is_some() {
+            return Err(FieldError::at(
+                tc("kv_connector_module_path"),
+                "a connector loaded from kv_connector_module_path is not modelled",
+            ));
+        }
+        let policy = config.kv_load_failure_policy.as_deref().unwrap_or("recompute");
+        if policy != "recompute" && policy != "fail" {
+            return Err(FieldError::new(
+                tc("kv_load_failure_policy"),
+                policy,
+                "vLLM accepts recompute or fail",
+            ));
+        }
+        for (key, value) in extra {
+            let key = key.as_str().unwrap_or_default();
+            let shown = serde_json::to_string(value).unwrap_or_default();
+            let at = tc(&format!("kv_connector_extra_config.{key}"));
+            match key {
+                "backends" => {
+                    let names = value.as_sequence().filter(|s| s.iter().all(|b| b.as_str().is_some()));
+                    if names.is_none_or(|s| s.is_empty()) {
+                        return Err(FieldError::new(
+                            at,
+                            shown,
+                            "must be a list of NIXL backend names (default [UCX])",
+                        ));
+                    }
+                }
+                "num_threads" => {
+                    if value.as_u64().is_none_or(|n| !(1..=1024).contains(&n)) {
+                        return Err(FieldError::new(
+                            at,
+                            shown,
+                            "must be a whole number of threads, 1 to 1024",
+                        ));
+                    }
+                }
+                "enforce_handshake_compat" => {
+                    if value.as_bool().is_none() {
+                        return Err(FieldError::new(at, shown, "must be true or false"));
+                    }
+                }
+                _ => {
+                    return Err(FieldError::new(
+                        at,
+                        shown,
+                        "not a setting of NixlConnector (backends, num_threads, enforce_handshake_compat)",
+                    ));
+                }
+            }
+        }
+        Ok(KvConnectorKind::Nixl(NixlConfig {
+            kv_role: config.kv_role.clone().unwrap_or_default(),
+            engine_id: config.engine_id.clone(),
+            recompute_on_failure: policy == "recompute",
+        }))
     }
 }

@@ -10,18 +10,20 @@
 //! transfers done); and `take_events` (the connector's KV events, after the GPU ones). A
 //! request whose external tokens load asynchronously parks in `WAITING_FOR_REMOTE_KVS` holding
 //! its blocks until the load is reported; loads reported with invalid blocks fall back to
-//! recomputing from the first bad block. [`Connector`] is that interface; the offloading
-//! connector ([`OffloadingScheduler`], over the CPU tier [`LruManager`]) is its one
-//! implementation, and [`OffloadWorker`] is the worker-side bookkeeping that turns planned copies
-//! into jobs and reports them back.
+//! recomputing from the first bad block. [`Connector`] is that interface, with two
+//! implementations: the offloading connector ([`OffloadingScheduler`], over the CPU tier
+//! [`LruManager`], with [`OffloadWorker`] the worker-side bookkeeping that turns planned copies
+//! into jobs and reports them back) and NIXL's prefill/decode disaggregation ([`NixlScheduler`]).
 
 mod config;
 mod lru;
+mod nixl;
 mod offloading;
 mod worker;
 
-pub use config::{KvConnectorKind, KvTransferConfig, OffloadConfig, cpu_blocks};
+pub use config::{KvConnectorKind, KvTransferConfig, NixlConfig, OffloadConfig, cpu_blocks};
 pub use lru::{CpuEvent, LruManager};
+pub use nixl::{ABORT_REQUEST_TIMEOUT_US, KvTransferParams, NixlMeta, NixlRecv, NixlScheduler};
 pub use offloading::{OffloadMeta, OffloadingScheduler, ScheduledRequest, TransferSpec};
 pub use worker::{Direction, Job, OffloadWorker};
 
@@ -60,11 +62,40 @@ pub struct ConnectorEvent {
     pub block_size: u32,
 }
 
+/// A step's connector metadata (vLLM's `kv_connector_metadata`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectorMeta {
+    /// The offloading connector's loads and stores.
+    Offload(OffloadMeta),
+    /// NIXL's reads, holds and batch.
+    Nixl(NixlMeta),
+}
+
+impl ConnectorMeta {
+    /// The offloading connector's metadata, if that is what this is.
+    pub fn offload(&self) -> Option<&OffloadMeta> {
+        match self {
+            ConnectorMeta::Offload(m) => Some(m),
+            ConnectorMeta::Nixl(_) => None,
+        }
+    }
+
+    /// NIXL's metadata, if that is what this is.
+    pub fn nixl(&self) -> Option<&NixlMeta> {
+        match self {
+            ConnectorMeta::Nixl(m) => Some(m),
+            ConnectorMeta::Offload(_) => None,
+        }
+    }
+}
+
 /// The scheduler's connector.
 #[derive(Clone, Debug)]
 pub enum Connector {
     /// `OffloadingConnector`: a CPU tier below GPU memory.
     Offloading(OffloadingScheduler),
+    /// `NixlConnector`: KV read from a prefill instance by a decode instance.
+    Nixl(NixlScheduler),
 }
 
 impl Connector {
@@ -72,22 +103,33 @@ impl Connector {
     pub fn name(&self) -> &'static str {
         match self {
             Connector::Offloading(_) => "OffloadingConnector",
+            Connector::Nixl(_) => "NixlConnector",
         }
     }
 
-    /// See [`OffloadingScheduler::get_num_new_matched_tokens`].
+    /// `get_num_new_matched_tokens` for the request `key` (its full-block keys, tokens and
+    /// prompt tokens) with `num_computed` tokens hit locally: the tokens the connector supplies
+    /// (`None`: ask again next step) and whether they load asynchronously.
     pub fn get_num_new_matched_tokens(
         &mut self,
+        key: u64,
         gpu_keys: &[BlockKey],
         num_tokens: u32,
+        num_prompt_tokens: u32,
         num_computed: u32,
     ) -> (Option<u32>, bool) {
         match self {
             Connector::Offloading(c) => c.get_num_new_matched_tokens(gpu_keys, num_tokens, num_computed),
+            Connector::Nixl(c) => {
+                let (external, load_async) =
+                    c.get_num_new_matched_tokens(key, num_prompt_tokens, num_computed);
+                (Some(external), load_async)
+            }
         }
     }
 
-    /// See [`OffloadingScheduler::update_state_after_alloc`].
+    /// `update_state_after_alloc`, with all the request's blocks (the first
+    /// `num_hashed_blocks` of them its local hit).
     pub fn update_state_after_alloc(
         &mut self,
         key: u64,
@@ -100,41 +142,53 @@ impl Connector {
             Connector::Offloading(c) => {
                 c.update_state_after_alloc(key, gpu_keys, blocks, num_hashed_blocks, num_external)
             }
+            Connector::Nixl(c) => c.update_state_after_alloc(key, blocks, num_hashed_blocks, num_external),
         }
     }
 
-    /// See [`OffloadingScheduler::build_connector_meta`].
+    /// `build_connector_meta`, with the step's scheduled requests and preemptions.
     pub fn build_connector_meta<'a>(
         &mut self,
         scheduled: impl Iterator<Item = ScheduledRequest<'a>>,
         preempted: &[u64],
-    ) -> OffloadMeta {
+    ) -> ConnectorMeta {
         match self {
-            Connector::Offloading(c) => c.build_connector_meta(scheduled, preempted),
+            Connector::Offloading(c) => ConnectorMeta::Offload(c.build_connector_meta(scheduled, preempted)),
+            Connector::Nixl(c) => ConnectorMeta::Nixl(c.build_connector_meta()),
         }
     }
 
-    /// See [`OffloadingScheduler::update_connector_output`].
+    /// `update_connector_output` (NIXL's scheduler side keeps nothing of it).
     pub fn update_connector_output(&mut self, output: &ConnectorOutput) {
         match self {
             Connector::Offloading(c) => {
                 c.update_connector_output(&output.finished_sending, &output.finished_recving)
             }
+            Connector::Nixl(_) => {}
         }
     }
 
-    /// Whether the request's blocks are held after it finished (see
-    /// [`OffloadingScheduler::request_finished`]).
-    pub fn request_finished(&mut self, key: u64) -> bool {
+    /// `request_finished` at `now_us` for a request that ended (length-capped or not) holding
+    /// `blocks`: whether its blocks are held until the worker reports its transfers done, and
+    /// the `kv_transfer_params` to return with its final output.
+    pub fn request_finished(
+        &mut self,
+        key: u64,
+        length_capped: bool,
+        blocks: &[BlockId],
+        now_us: u64,
+    ) -> (bool, Option<KvTransferParams>) {
         match self {
-            Connector::Offloading(c) => c.request_finished(key),
+            Connector::Offloading(c) => (c.request_finished(key), None),
+            Connector::Nixl(c) => c.request_finished(key, length_capped, blocks, now_us),
         }
     }
 
-    /// The connector's KV events since the last call.
+    /// The connector's KV events since the last call (NIXL emits none).
     pub fn take_events(&mut self) -> Vec<ConnectorEvent> {
         match self {
             Connector::Offloading(c) => c.take_events(),
+            Connector::Nixl(_) => Vec::new(),
         }
     }
 
@@ -142,6 +196,23 @@ impl Connector {
     pub fn offloading(&self) -> Option<&OffloadingScheduler> {
         match self {
             Connector::Offloading(c) => Some(c),
+            Connector::Nixl(_) => None,
+        }
+    }
+
+    /// The NIXL connector, if that is what this is.
+    pub fn nixl(&self) -> Option<&NixlScheduler> {
+        match self {
+            Connector::Nixl(c) => Some(c),
+            Connector::Offloading(_) => None,
+        }
+    }
+
+    /// The NIXL connector, mutably, if that is what this is.
+    pub fn nixl_mut(&mut self) -> Option<&mut NixlScheduler> {
+        match self {
+            Connector::Nixl(c) => Some(c),
+            Connector::Offloading(_) => None,
         }
     }
 }
