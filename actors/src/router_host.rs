@@ -690,7 +690,8 @@ impl Actor<ClusterMessage> for RouterHost {
                     ClusterMessage::Scrape
                     | ClusterMessage::TransferDone(_)
                     | ClusterMessage::TransferCancel(_)
-                    | ClusterMessage::TransferStart(_) => {}
+                    | ClusterMessage::TransferStart(_)
+                    | ClusterMessage::KvNotify(_) => {}
                 }
             }
         }
