@@ -334,7 +334,6 @@ impl EngineHost {
     fn prefill_answered(
         &mut self,
         answer: ClusterMessage,
-        now: SimTime,
         out: &mut Outbox<ClusterMessage>,
     ) -> Option<Box<CallRequest>> {
         let pd = self.pd.as_mut()?;
@@ -357,7 +356,6 @@ impl EngineHost {
                 Some(call)
             }
             ClusterMessage::Rejection(m) => {
-                let _ = now;
                 out.send(self.router, self.delay_to_router, ClusterMessage::Rejection(m));
                 None
             }
@@ -436,34 +434,28 @@ impl EngineHost {
     }
 
     fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
-        let call = match message {
+        match message {
             ClusterMessage::Request(call) => {
-                let Some(call) = self.sidecar(call, out) else { return };
-                self.to_frontend(call, now, out);
-                return;
-            }
-            answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
-                if let Some(call) = self.prefill_answered(answer, now, out) {
+                if let Some(call) = self.sidecar(call, out) {
                     self.to_frontend(call, now, out);
                 }
-                return;
+            }
+            // Only a sidecar is answered by an engine: its prefill legs.
+            answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
+                if let Some(call) = self.prefill_answered(answer, out) {
+                    self.to_frontend(call, now, out);
+                }
             }
             ClusterMessage::KvNotify(notify) => {
                 self.engine.notify_sent(notify.remote_request_key);
                 self.wake(now);
-                return;
             }
-            ClusterMessage::Abort(abort) => {
-                self.abort(abort, now, out);
-                return;
-            }
+            ClusterMessage::Abort(abort) => self.abort(abort, now, out),
             ClusterMessage::Scrape => {
                 out.send(self.router, self.delay_to_router, ClusterMessage::Metrics(Box::new(self.scrape())));
-                return;
             }
             ClusterMessage::TransferDone(done) if done.id & READ_ID_BIT != 0 => {
-                self.read_done(done.id, now, out);
-                return;
+                self.read_done(done.id, now, out)
             }
             ClusterMessage::TransferDone(done) => {
                 self.engine.job_done(done.id);
@@ -473,16 +465,14 @@ impl EngineHost {
                     self.held_launch = None;
                     self.next = self.run_step(now, held, out);
                 }
-                return;
             }
             ClusterMessage::FirstToken(_)
             | ClusterMessage::Metrics(_)
             | ClusterMessage::KvEvents(_)
             | ClusterMessage::ClientDone
             | ClusterMessage::TransferCancel(_)
-            | ClusterMessage::TransferStart(_) => return,
-        };
-        self.admit(&call, now, out);
+            | ClusterMessage::TransferStart(_) => {}
+        }
     }
 
     /// A request enters the API server, which works on it first (HTTP, tokenization).
@@ -608,7 +598,8 @@ impl EngineHost {
             }
         }
         self.publish(now, out);
-        for done in self.finished.drain(..) {
+        let mut finished = std::mem::take(&mut self.finished);
+        for done in finished.drain(..) {
             let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
             if let Some(answered) = &mut self.answered {
                 answered.push(done.key);
@@ -627,6 +618,7 @@ impl EngineHost {
             let (to, delay) = self.answer_to(done.key);
             out.send(to, delay, ClusterMessage::Completion(Box::new(answer)));
         }
+        self.finished = finished;
     }
 
     /// Send the KV events the update just applied published, as one `KVEventBatch` stamped

@@ -368,14 +368,14 @@ impl RouterHost {
             Ok(endpoint) => {
                 self.routed += 1;
                 if let Some(notes) = out.notes() {
-                    let note = notes
+                    let mut note = notes
                         .decision("decisions", "route")
                         .arg("request", call.request.key)
                         .arg("picked", &*self.engine_names[endpoint as usize])
                         .arg("policy", policy)
                         .arg("endpoints", self.engines.len());
                     if let Some(PdLeg::Prefiller { name, .. }) = &call.pd {
-                        note.arg("prefill", &**name);
+                        note = note.arg("prefill", &**name);
                     }
                     if let Some(score) = score {
                         note.arg("score", score);
