@@ -90,13 +90,16 @@ struct PdSide {
     /// Calls whose prefill leg is out, by key: the call as the router sent it, and the prefill
     /// instance's host.
     prefilling: BTreeMap<u64, (Box<CallRequest>, ActorId)>,
-    /// Disaggregated calls on the decode side, by key: their record so far.
-    records: BTreeMap<u64, Disaggregated>,
+    /// Disaggregated calls on the decode side, by key: their record so far, and the prompt
+    /// tokens the prefill instance found cached (what the sidecar reports as the call's).
+    records: BTreeMap<u64, (Disaggregated, u32)>,
     /// Reads in flight, by transfer id.
     reads: BTreeMap<u64, Read>,
     next_read: u64,
     /// Prefill legs on the prefill side, by key: the sidecar that sent each.
     legs: BTreeMap<u64, ActorId>,
+    /// Disaggregated calls aborted here before their read, during it and after it.
+    aborts: [u64; 3],
     /// Calls served disaggregated here as the decode side, reads completed, bytes read.
     decoded: u64,
     reads_done: u64,
@@ -209,6 +212,7 @@ impl EngineHost {
             reads: BTreeMap::new(),
             next_read: 0,
             legs: BTreeMap::new(),
+            aborts: [0; 3],
             decoded: 0,
             reads_done: 0,
             bytes_read: 0,
@@ -219,6 +223,12 @@ impl EngineHost {
     /// read (all 0 on an instance without NIXL).
     pub fn pd_totals(&self) -> (u64, u64, u64) {
         self.pd.as_ref().map_or((0, 0, 0), |pd| (pd.decoded, pd.reads_done, pd.bytes_read))
+    }
+
+    /// Disaggregated calls aborted on this decode instance before their KV read, during it and
+    /// after it.
+    pub fn pd_aborts(&self) -> [u64; 3] {
+        self.pd.as_ref().map_or([0; 3], |pd| pd.aborts)
     }
 
     /// Hand the reads the decode worker started to the fabric, each starting `delay` from now
@@ -271,7 +281,7 @@ impl EngineHost {
         let read = pd.reads.remove(&id).expect("a finished read was started here");
         pd.reads_done += 1;
         pd.bytes_read += read.bytes;
-        if let Some(record) = pd.records.get_mut(&read.key) {
+        if let Some((record, _)) = pd.records.get_mut(&read.key) {
             record.kv_bytes = read.bytes;
             record.transfer_us = Some(now.as_micros() - read.started.as_micros());
         }
@@ -342,15 +352,12 @@ impl EngineHost {
         let (mut call, _) = pd.prefilling.remove(&answer.key())?;
         match answer {
             ClusterMessage::Completion(m) => {
-                pd.records.insert(
-                    call.request.key,
-                    Disaggregated {
-                        prefill_instance: m.instance.to_string(),
-                        prefill_cached_tokens: m.cached_tokens,
-                        kv_bytes: 0,
-                        transfer_us: None,
-                    },
-                );
+                let record = Disaggregated {
+                    prefill_instance: m.instance.to_string(),
+                    kv_bytes: 0,
+                    transfer_us: None,
+                };
+                pd.records.insert(call.request.key, (record, m.cached_tokens));
                 pd.decoded += 1;
                 call.pd = m.kv_transfer.map(PdLeg::DecodeLeg);
                 Some(call)
@@ -496,18 +503,34 @@ impl EngineHost {
     /// aborts it on the prefill instance, freeing its blocks); a read already started still runs
     /// to its end and notifies the prefill instance, as NIXL's does.
     fn abort(&mut self, abort: CallAbort, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        // Where a disaggregated call stood: 0 before its read (prefill leg, decode leg in the
+        // API server, parked), 1 during it, 2 after it (decoding).
+        let mut phase = None;
         if let Some(pd) = self.pd.as_mut() {
-            pd.records.remove(&abort.key);
+            let record = pd.records.remove(&abort.key);
             if let Some((_, prefill)) = pd.prefilling.remove(&abort.key) {
+                pd.aborts[0] += 1;
                 out.send(prefill, pd.wiring.pod_delay, ClusterMessage::Abort(abort));
                 return;
             }
             pd.legs.remove(&abort.key);
+            phase = record.map(|(r, _)| {
+                if pd.reads.values().any(|read| read.key == abort.key) {
+                    1
+                } else if r.transfer_us.is_some() {
+                    2
+                } else {
+                    0
+                }
+            });
         }
         // A request still in the API server never reaches the engine.
         if let Some(key) = self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k)
         {
             self.in_frontend.remove(&key);
+            if let (Some(pd), Some(_)) = (self.pd.as_mut(), phase) {
+                pd.aborts[0] += 1;
+            }
             return;
         }
         // vLLM frees an aborted request's blocks at once; a request already finished (its
@@ -519,6 +542,9 @@ impl EngineHost {
             if let Some(notes) = out.notes() {
                 notes.phase_end("request", abort.key);
                 notes.phase_begin("request", abort.key, "aborted");
+            }
+            if let (Some(pd), Some(phase)) = (self.pd.as_mut(), phase) {
+                pd.aborts[phase] += 1;
             }
             // NIXL's side of an abort (a notification owed to the prefill instance) is sent at
             // the engine's next step.
@@ -604,14 +630,19 @@ impl EngineHost {
             if let Some(answered) = &mut self.answered {
                 answered.push(done.key);
             }
-            let disaggregated = self.pd.as_mut().and_then(|pd| pd.records.remove(&done.key)).map(Box::new);
+            // llm-d's sidecar reports the prefill instance's cached tokens in the usage (#916).
+            let (disaggregated, cached_tokens) =
+                match self.pd.as_mut().and_then(|pd| pd.records.remove(&done.key)) {
+                    Some((record, cached)) => (Some(Box::new(record)), cached),
+                    None => (None, done.num_cached_tokens),
+                };
             let answer = CallCompletion {
                 key: done.key,
                 client,
                 instance: self.name.clone(),
                 token_times_us: done.token_times_us,
                 num_preemptions: done.num_preemptions,
-                cached_tokens: done.num_cached_tokens,
+                cached_tokens,
                 kv_transfer: done.kv_transfer.map(Box::new),
                 disaggregated,
             };

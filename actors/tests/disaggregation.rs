@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use blis_actors::{ClusterMessage, RunError, RunOptions, RunOutput, assemble, run};
-use blis_contracts::{CallRecord, Fate, Scenario};
+use blis_contracts::{CallRecord, Scenario};
 use blis_costmodel::CostData;
 use blis_kernel::{HostKind, Instant, Observer};
 
@@ -36,19 +36,27 @@ fn pool(name: &str, replicas: u32, role: Option<&str>, args: &str) -> String {
     )
 }
 
-/// `pools` behind `router` on `fabric`, with `requests` calls of 50–3000 prompt tokens.
-fn scenario(router: &str, fabric: &str, pools: &str, requests: u32, timeout: &str) -> String {
+/// A client `name` sending `requests` calls of 50–3000 prompt tokens at 6 per second, each
+/// given up on after `timeout_s` if set.
+fn client(name: &str, requests: u32, timeout_s: Option<f64>) -> String {
+    let timeout = timeout_s.map_or_else(String::new, |t| format!("      timeout_s: {t}\n"));
+    format!(
+        "    - name: {name}\n      requests: {requests}\n      arrival: {{ process: poisson, rate_per_s: 6 }}\n{timeout}      \
+         input_tokens: {{ dist: uniform, min: 50, max: 3000 }}\n      output_tokens: {{ dist: uniform, min: 10, max: 120 }}\n"
+    )
+}
+
+/// `pools` behind `router` on `fabric`, with `clients`.
+fn scenario(router: &str, fabric: &str, pools: &str, clients: &str) -> String {
     format!(
         "seed: 3\nframe: {{ replications: 1 }}\ncluster:\n  network: {{ client_router_us: 200, router_engine_us: 50 }}\n  \
-         fabric: {fabric}\n  router: {router}\n  pools:\n{pools}workload:\n  clients:\n    - name: a\n      \
-         requests: {requests}\n      arrival: {{ process: poisson, rate_per_s: 6 }}\n{timeout}      \
-         input_tokens: {{ dist: uniform, min: 50, max: 3000 }}\n      output_tokens: {{ dist: uniform, min: 10, max: 120 }}\n"
+         fabric: {fabric}\n  router: {router}\n  pools:\n{pools}workload:\n  clients:\n{clients}"
     )
 }
 
 fn one_p_two_d(fabric: &str) -> String {
     let pools = pool("prefill", 1, Some("prefill"), NIXL) + &pool("decode", 2, Some("decode"), NIXL);
-    scenario(&router(256), fabric, &pools, 60, "")
+    scenario(&router(256), fabric, &pools, &client("a", 60, None))
 }
 
 fn options() -> RunOptions {
@@ -161,34 +169,39 @@ fn checked(text: &str) -> Vec<blis_actors::EngineHost> {
 
 #[test]
 fn kv_blocks_are_conserved_and_none_leak_when_calls_are_aborted_before_during_or_after_their_transfer() {
-    // Client timeouts spread over the life of a disaggregated call: some fire during the
-    // prefill leg, some while the decode side waits for or reads the KV, some while it decodes.
-    // Slow cross-node reads (3 nodes, 1 GPU each) widen the transfer window.
-    for (fabric, timeout) in [
-        ("{ nodes: 3, gpus_per_node: 1 }", "      timeout_s: 0.15\n"),
-        ("{ nodes: 3, gpus_per_node: 1 }", "      timeout_s: 0.4\n"),
-        ("{ nodes: 1, gpus_per_node: 8 }", "      timeout_s: 0.25\n"),
-    ] {
+    // Client timeouts spread over the life of a disaggregated call: the shortest fire during the
+    // prefill leg, the longer ones while the decode side waits for or reads the KV, or while it
+    // decodes. Slow cross-node reads (1 GPU a node) widen the transfer window.
+    let clients: String = [0.01, 0.03, 0.05, 0.07, 0.09, 0.12, 0.2]
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| client(&format!("t{i}"), 30, Some(t)))
+        .collect();
+    let mut phases = [0u64; 3];
+    for fabric in ["{ nodes: 3, gpus_per_node: 1 }", "{ nodes: 1, gpus_per_node: 8 }"] {
         let pools = pool("prefill", 1, Some("prefill"), NIXL) + &pool("decode", 2, Some("decode"), NIXL);
-        let text = scenario(&router(256), fabric, &pools, 80, timeout);
+        let text = scenario(&router(256), fabric, &pools, &clients);
         let out = run(&text, options(), &mut |_| {}).unwrap();
         let f = &out.result.fates;
-        assert!(f.conserved() && f.timed_out > 0 && f.completed > 0, "{timeout}: {f:?}");
-        assert!(out.calls.iter().filter(|c| c.fate == Fate::TimedOut).count() > 0);
-        let engines = checked(&text);
-        for host in &engines {
+        assert!(f.conserved() && f.timed_out > 0 && f.completed > 0, "{fabric}: {f:?}");
+        for host in checked(&text) {
+            let aborts = host.pd_aborts();
+            (0..3).for_each(|k| phases[k] += aborts[k]);
             let scheduler = host.engine().scheduler();
             let pool = scheduler.kv().pool();
             // Nothing is left running, and every block is back in the free pool except the ones
-            // a prefill instance still holds for a read that will never come (upstream frees
-            // those at its next step after 480 s, VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+            // a prefill instance still holds for a read that will never come: a call given up
+            // on after its prefill leg ended and before its decode leg reached the engine
+            // (upstream frees those at the prefill instance's first step after 480 s,
+            // VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
             assert_eq!(scheduler.held().count(), 0, "{}", host.name());
-            let held_for_reads: u64 = scheduler.held_by_connector().count() as u64;
-            if held_for_reads == 0 {
+            if host.name().starts_with("engine/decode-") {
+                assert_eq!(scheduler.held_by_connector().count(), 0, "{}", host.name());
                 assert_eq!(u64::from(pool.num_free()) + 1, u64::from(pool.num_blocks()), "{}", host.name());
             }
         }
     }
+    assert!(phases.iter().all(|&n| n > 0), "aborts before, during and after the read: {phases:?}");
 }
 
 fn refusal(text: &str) -> blis_contracts::FieldError {
@@ -204,7 +217,7 @@ fn misconfigured_pd_deployments_are_refused_with_path_value_and_cause() {
     let fabric = "{ nodes: 1, gpus_per_node: 8 }";
     // A decode pool with NixlConnector and no prefill pool.
     let pools = pool("decode", 2, Some("decode"), NIXL);
-    let e = refusal(&scenario(&router(256), fabric, &pools, 4, ""));
+    let e = refusal(&scenario(&router(256), fabric, &pools, &client("a", 4, None)));
     assert_eq!(
         (e.path.as_str(), e.value.as_deref()),
         ("cluster.pools[0].engine.args.kv_transfer_config.kv_connector", Some("NixlConnector"))
@@ -212,7 +225,7 @@ fn misconfigured_pd_deployments_are_refused_with_path_value_and_cause() {
     assert!(e.cause.contains("no pool is labelled llm-d.ai/role: prefill"), "{e}");
     // The connector on one side only: a prefill pool without it...
     let pools = pool("prefill", 1, Some("prefill"), "") + &pool("decode", 2, Some("decode"), NIXL);
-    let e = refusal(&scenario(&router(256), fabric, &pools, 4, ""));
+    let e = refusal(&scenario(&router(256), fabric, &pools, &client("a", 4, None)));
     assert_eq!(
         (e.path.as_str(), e.value.as_deref()),
         ("cluster.pools[0].engine.args.kv_transfer_config", Some("absent (no NixlConnector)"))
@@ -220,26 +233,26 @@ fn misconfigured_pd_deployments_are_refused_with_path_value_and_cause() {
     assert!(e.cause.contains("prefill profile 'prefill' can pick this pool"), "{e}");
     // ...or a decode pool without it.
     let pools = pool("prefill", 1, Some("prefill"), NIXL) + &pool("decode", 2, Some("decode"), "");
-    let e = refusal(&scenario(&router(256), fabric, &pools, 4, ""));
+    let e = refusal(&scenario(&router(256), fabric, &pools, &client("a", 4, None)));
     assert_eq!(e.path, "cluster.pools[1].engine.args.kv_transfer_config");
     assert!(e.cause.contains("decode profile 'decode' can pick this pool"), "{e}");
     // Roles the router does not filter: a prefill pool the only profile can route whole
     // requests to.
     let pools = pool("prefill", 1, Some("prefill"), NIXL) + &pool("decode", 2, Some("decode"), NIXL);
-    let e = refusal(&scenario("{ config: {} }", fabric, &pools, 4, ""));
+    let e = refusal(&scenario("{ config: {} }", fabric, &pools, &client("a", 4, None)));
     assert_eq!(
         (e.path.as_str(), e.value.as_deref()),
         ("cluster.pools[0].labels.llm-d.ai/role", Some("prefill"))
     );
     assert!(e.cause.contains("profile 'default'") && e.cause.contains("add decode-filter"), "{e}");
     // Nor can the round-robin baseline disaggregate.
-    let e = refusal(&scenario("{ policy: round-robin }", fabric, &pools, 4, ""));
+    let e = refusal(&scenario("{ policy: round-robin }", fabric, &pools, &client("a", 4, None)));
     assert_eq!(e.path, "cluster.pools[0].labels.llm-d.ai/role");
     assert!(e.cause.contains("round-robin baseline"), "{e}");
     // One engine id for several instances.
     let shared = "kv_transfer_config: { kv_connector: NixlConnector, kv_role: kv_both, engine_id: p }";
     let pools = pool("prefill", 2, Some("prefill"), shared) + &pool("decode", 2, Some("decode"), NIXL);
-    let e = refusal(&scenario(&router(256), fabric, &pools, 4, ""));
+    let e = refusal(&scenario(&router(256), fabric, &pools, &client("a", 4, None)));
     assert_eq!(
         (e.path.as_str(), e.value.as_deref()),
         ("cluster.pools[0].engine.args.kv_transfer_config.engine_id", Some("\"p\""))

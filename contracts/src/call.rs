@@ -78,10 +78,9 @@ pub struct CallRecord {
 /// The prefill side of a disaggregated call, and the KV transfer from it to the decode side.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Disaggregated {
-    /// The instance that ran the prefill leg (its one output token is discarded).
+    /// The instance that ran the prefill leg (its one output token is discarded). The call's
+    /// `cached_tokens` are this instance's, as llm-d's sidecar reports them.
     pub prefill_instance: String,
-    /// Prompt tokens the prefill instance found in its prefix cache.
-    pub prefill_cached_tokens: u32,
     /// KV bytes the decode instance read from the prefill instance (over all its GPUs); 0 when
     /// the read had not started or the decode instance had every block.
     pub kv_bytes: u64,
