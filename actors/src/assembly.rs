@@ -18,10 +18,11 @@ use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams}
 use serde_json::json;
 
 use crate::client::{Client, ClientWiring};
-use crate::engine_host::{EngineHost, FabricWiring};
+use crate::engine_host::{EngineHost, FabricWiring, PdWiring};
 use crate::fabric::{FabricActor, Topology};
 use crate::ledger::CallLedger;
 use crate::message::ClusterMessage;
+use crate::pd_guard::PoolRole;
 use crate::router_host::{LlmdWiring, RouterHost};
 use crate::workload;
 
@@ -47,6 +48,8 @@ pub struct AssembledCluster {
 
 /// A planned pool, before it becomes actors.
 struct PlannedPool {
+    /// Its position in `cluster.pools`.
+    index: usize,
     name: String,
     model: Arc<str>,
     labels: std::collections::BTreeMap<String, String>,
@@ -54,6 +57,13 @@ struct PlannedPool {
     plan: vllm::VllmPlan,
     chip: blis_costmodel::Chip,
     vocab_size: u32,
+}
+
+impl PlannedPool {
+    /// Whether its instances run NixlConnector (prefill/decode disaggregation).
+    fn nixl(&self) -> bool {
+        self.plan.config.nixl.is_some()
+    }
 }
 
 /// How to assemble a cluster, beyond the scenario.
@@ -147,6 +157,7 @@ pub fn assemble(
         let (plan, _) =
             vllm::plan(&args, model, device, |p| Box::new(Pricer::new(&chip, p, registry)), &path)?;
         pools.push(PlannedPool {
+            index: i,
             name: pool.name.clone(),
             model: Arc::from(pool.model.as_str()),
             labels: pool.labels.clone(),
@@ -200,10 +211,10 @@ pub fn assemble(
     endpoints.sort_by(|a, b| a.1.cmp(&b.1));
     let engine_order: Vec<ActorId> = endpoints.iter().map(|(id, _, _)| *id).collect();
     let spec = &scenario.cluster.router;
+    let roles: Vec<PoolRole> = pools.iter().map(|p| PoolRole { labels: &p.labels, nixl: p.nixl() }).collect();
     let (llmd, router_record) = if spec.is_llmd() {
-        let pool_labels: Vec<_> = scenario.cluster.pools.iter().map(|p| &p.labels).collect();
         let (wiring, record) =
-            llmd_router(spec, &endpoints, &pool_labels, streams, sources.len(), &options.base_dir)?;
+            llmd_router(spec, &endpoints, &roles, streams, sources.len(), &options.base_dir)?;
         let untimed =
             wiring.router.config().flow_control.as_ref().is_some_and(|f| f.default_request_ttl_us == 0);
         if untimed && scenario.horizon_s.is_none() {
@@ -218,8 +229,10 @@ pub fn assemble(
         }
         (Some(wiring), record)
     } else {
+        crate::pd_guard::check(None, &roles)?;
         (None, serde_json::to_value(spec).expect("a router spec serialises"))
     };
+    let peers = nixl_peers(&engines, placement.as_ref())?;
     let notify_done = llmd.is_some();
     let kv_events_lag = llmd
         .as_ref()
@@ -236,6 +249,11 @@ pub fn assemble(
         if options.fault == Some(Fault::LeakKvBlock) {
             engine.inject_kv_leak();
         }
+        let engine_id =
+            peers.iter().find(|(_, (peer, _))| peer == id).map(|(engine_id, _)| engine_id.clone());
+        if let Some(engine_id) = &engine_id {
+            engine.set_engine_id(engine_id.clone());
+        }
         let mut host = EngineHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some());
         if let Some(lag) = kv_events_lag {
             host.publish_kv_events(lag);
@@ -247,6 +265,9 @@ pub fn assemble(
                 gpus: Endpoint::Gpus { first, count },
                 host: Endpoint::Host { node },
             });
+        }
+        if engine_id.is_some() {
+            host.disaggregate(PdWiring { me: *id, pod_delay: to_engine, peers: peers.clone() });
         }
         assembly.install(*id, host).map_err(install_error)?;
     }
@@ -352,6 +373,30 @@ pub fn assemble(
     })
 }
 
+/// Every NIXL instance by its engine id (the one its `kv_transfer_config` gives, else its name, as
+/// vLLM draws a fresh one per instance): its host and its GPUs. Two instances with one engine id
+/// are refused: a decode instance could not tell which to read from.
+fn nixl_peers(
+    engines: &[(ActorId, String, &PlannedPool)],
+    placement: Option<&Placement>,
+) -> Result<std::collections::BTreeMap<Arc<str>, (ActorId, Endpoint)>, FieldError> {
+    let mut peers = std::collections::BTreeMap::new();
+    let Some(placement) = placement else { return Ok(peers) };
+    for (index, (id, name, pool)) in engines.iter().enumerate() {
+        let Some(nixl) = &pool.plan.config.nixl else { continue };
+        let engine_id: Arc<str> = Arc::from(nixl.engine_id.as_deref().unwrap_or(name));
+        let (first, count, _) = placement.gpus[index];
+        if peers.insert(engine_id.clone(), (*id, Endpoint::Gpus { first, count })).is_some() {
+            return Err(FieldError::new(
+                format!("cluster.pools[{}].engine.args.kv_transfer_config.engine_id", pool.index),
+                format!("{engine_id:?}"),
+                "two instances share this NIXL engine id (a pool's replicas all take the configured one), so a decode                  instance could not tell which to read from; leave engine_id out and each instance gets its own,                  as vLLM draws a fresh uuid4 per instance",
+            ));
+        }
+    }
+    Ok(peers)
+}
+
 /// Where the instances sit on the fabric: the topology and, per instance in declaration order,
 /// its first GPU, its GPU count and its node.
 struct Placement {
@@ -367,7 +412,7 @@ fn place_on_fabric(
     pools: &[PlannedPool],
     data: &CostData,
 ) -> Result<Option<Placement>, FieldError> {
-    let offloads = pools.iter().any(|p| p.plan.config.offload.is_some());
+    let offloads = pools.iter().any(|p| p.plan.config.offload.is_some() || p.nixl());
     if !offloads && scenario.cluster.fabric.is_none() {
         return Ok(None);
     }
@@ -451,7 +496,7 @@ fn client_model<'a>(given: Option<&'a str>, path: &str, served: &[&'a str]) -> R
 fn llmd_router(
     spec: &RouterSpec,
     endpoints: &[(ActorId, String, &PlannedPool)],
-    pool_labels: &[&std::collections::BTreeMap<String, String>],
+    roles: &[PoolRole],
     streams: Streams,
     clients: usize,
     base_dir: &Path,
@@ -491,7 +536,7 @@ fn llmd_router(
         value: e.value.clone(),
         cause: e.reason.clone(),
     })?;
-    crate::pd_guard::refuse_prefill_routes(&config, pool_labels, &prefix)?;
+    crate::pd_guard::check(Some((&config, &prefix)), roles)?;
     let base_us = spec.refresh_metrics_interval_us();
     let mut source_periods = Vec::new();
     let mut sources_record = Vec::new();

@@ -15,7 +15,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_contracts::{CallRecord, Fate, FieldError, LlmCall, NodeKind, PromptPart, RequestSpec};
+use blis_contracts::{
+    CallRecord, Disaggregated, Fate, FieldError, LlmCall, NodeKind, PromptPart, RequestSpec,
+};
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{
     Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, Streams, Substream,
@@ -123,6 +125,7 @@ struct Call {
     preemptions: u32,
     request_e2e_us: Option<u64>,
     settled_us: Option<u64>,
+    disaggregated: Option<Box<Disaggregated>>,
 }
 
 /// Something the client does at a time of its own.
@@ -357,6 +360,7 @@ impl Client {
                         preemptions: 0,
                         request_e2e_us: None,
                         settled_us: None,
+                        disaggregated: None,
                     },
                 );
             }
@@ -525,6 +529,7 @@ impl Client {
             report_first_token: false,
             fairness_id: self.fairness_id.clone(),
             slo_ttft_ms: self.slo_ttft_ms,
+            pd: None,
         };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }
@@ -630,6 +635,7 @@ impl Client {
                 call.fate = Some(Fate::Completed);
                 call.cached_tokens = m.cached_tokens;
                 call.preemptions = m.num_preemptions;
+                call.disaggregated = m.disaggregated;
                 true
             }
             ClusterMessage::Rejection(m) => {
@@ -646,7 +652,8 @@ impl Client {
             | ClusterMessage::ClientDone
             | ClusterMessage::TransferDone(_)
             | ClusterMessage::TransferCancel(_)
-            | ClusterMessage::TransferStart(_) => return,
+            | ClusterMessage::TransferStart(_)
+            | ClusterMessage::KvNotify(_) => return,
         };
         call.settled_us = Some(now_us);
         let (live, node) = (call.live, call.node_index);
@@ -753,6 +760,7 @@ impl Client {
             settled_us: call.settled_us,
             token_latency_us: call.token_latency_us,
             request_e2e_us: call.request_e2e_us,
+            disaggregated: call.disaggregated.map(|d| *d),
         }
     }
 

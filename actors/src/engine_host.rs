@@ -20,14 +20,17 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use blis_contracts::{Endpoint, Rank, RankShares, StepGraph, StepMode};
-use blis_engines::vllm::{FinishedRequest, KvEvent, SchedulerEvent, VllmEngine};
+use blis_contracts::{Disaggregated, Endpoint, Rank, RankShares, StepGraph, StepMode};
+use blis_engines::vllm::connector::KvTransferParams;
+use blis_engines::vllm::{EngineRequest, FinishedRequest, KvEvent, SchedulerEvent, VllmEngine};
 use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
 
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
 
-use crate::message::{CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage, TransferStart};
+use crate::message::{
+    CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage, KvNotify, PdLeg, TransferStart,
+};
 
 /// vLLM's engine core sleeps this long after a step that ran no model while requests are
 /// unfinished (`_process_engine_step`: a request waiting for its KV, say), µs.
@@ -51,6 +54,56 @@ pub struct FabricWiring {
     pub gpus: Endpoint,
     /// Its node's host memory.
     pub host: Endpoint,
+}
+
+/// The bit that marks a NIXL read's transfer id (copy jobs' ids, the engine's, stay below it).
+const READ_ID_BIT: u64 = 1 << 63;
+
+/// How a NIXL instance reaches its peers: the decode sidecar's legs and NIXL's reads and
+/// notifications.
+#[derive(Clone, Debug)]
+pub struct PdWiring {
+    /// The instance's own host (where a prefill instance answers the sidecar's prefill leg).
+    pub me: ActorId,
+    /// One-way delay between two pods (the sidecar's HTTP legs, NIXL's notifications).
+    pub pod_delay: SimDuration,
+    /// Every NIXL instance of the cluster by its engine id: its host and its GPUs.
+    pub peers: BTreeMap<Arc<str>, (ActorId, Endpoint)>,
+}
+
+/// A NIXL read the decode instance's worker started, carried by the fabric.
+#[derive(Clone, Debug)]
+struct Read {
+    /// The decode instance's request.
+    key: u64,
+    /// The prefill instance's host, and its request.
+    prefill: ActorId,
+    remote_request_key: u64,
+    bytes: u64,
+    started: SimTime,
+}
+
+/// Prefill/decode disaggregation on a NIXL instance: llm-d's decode sidecar in front of it (the
+/// decode side), and the answers to other sidecars' prefill legs (the prefill side).
+struct PdSide {
+    wiring: PdWiring,
+    /// Calls whose prefill leg is out, by key: the call as the router sent it, and the prefill
+    /// instance's host.
+    prefilling: BTreeMap<u64, (Box<CallRequest>, ActorId)>,
+    /// Disaggregated calls on the decode side, by key: their record so far, and the prompt
+    /// tokens the prefill instance found cached (what the sidecar reports as the call's).
+    records: BTreeMap<u64, (Disaggregated, u32)>,
+    /// Reads in flight, by transfer id.
+    reads: BTreeMap<u64, Read>,
+    next_read: u64,
+    /// Prefill legs on the prefill side, by key: the sidecar that sent each.
+    legs: BTreeMap<u64, ActorId>,
+    /// Disaggregated calls aborted here before their read, during it and after it.
+    aborts: [u64; 3],
+    /// Calls served disaggregated here as the decode side, reads completed, bytes read.
+    decoded: u64,
+    reads_done: u64,
+    bytes_read: u64,
 }
 
 /// What the engine loop does next.
@@ -98,6 +151,8 @@ pub struct EngineHost {
     fabric: Option<FabricWiring>,
     /// A step waiting for a preemption's stores.
     held_launch: Option<HeldLaunch>,
+    /// Prefill/decode disaggregation, when the instance runs NIXL.
+    pd: Option<Box<PdSide>>,
 }
 
 /// How an engine publishes its KV events: one batch per step that recorded any, to the router,
@@ -143,6 +198,175 @@ impl EngineHost {
             kv_events: None,
             fabric: None,
             held_launch: None,
+            pd: None,
+        }
+    }
+
+    /// Take part in prefill/decode disaggregation over `wiring` (a NIXL instance; it needs the
+    /// fabric too, for its reads).
+    pub fn disaggregate(&mut self, wiring: PdWiring) {
+        self.pd = Some(Box::new(PdSide {
+            wiring,
+            prefilling: BTreeMap::new(),
+            records: BTreeMap::new(),
+            reads: BTreeMap::new(),
+            next_read: 0,
+            legs: BTreeMap::new(),
+            aborts: [0; 3],
+            decoded: 0,
+            reads_done: 0,
+            bytes_read: 0,
+        }));
+    }
+
+    /// Disaggregation's totals here: calls decoded with a prefill leg, reads completed, KV bytes
+    /// read (all 0 on an instance without NIXL).
+    pub fn pd_totals(&self) -> (u64, u64, u64) {
+        self.pd.as_ref().map_or((0, 0, 0), |pd| (pd.decoded, pd.reads_done, pd.bytes_read))
+    }
+
+    /// Disaggregated calls aborted on this decode instance before their KV read, during it and
+    /// after it.
+    pub fn pd_aborts(&self) -> [u64; 3] {
+        self.pd.as_ref().map_or([0; 3], |pd| pd.aborts)
+    }
+
+    /// Hand the reads the decode worker started to the fabric, each starting `delay` from now
+    /// (when the step that issues it starts); a read of nothing (the decode request gone before
+    /// it was admitted) is only the notification that the prefill side may free its blocks.
+    fn send_pulls(&mut self, now: SimTime, delay: SimDuration, out: &mut Outbox<ClusterMessage>) {
+        let pulls = self.engine.take_pulls();
+        if pulls.is_empty() {
+            return;
+        }
+        let pd = self.pd.as_mut().expect("only a NIXL instance reads");
+        let wiring = self.fabric.expect("a NIXL instance is placed on the fabric");
+        for pull in pulls {
+            let &(prefill, from) = pd
+                .wiring
+                .peers
+                .get(&pull.remote_engine_id)
+                .expect("a read names the engine id of an instance that returned it");
+            if pull.bytes == 0 || pull.local_blocks == 0 {
+                let notify = KvNotify { remote_request_key: pull.remote_request_key };
+                out.send(prefill, pd.wiring.pod_delay, ClusterMessage::KvNotify(notify));
+                self.engine.pull_done(pull.key);
+                continue;
+            }
+            let id = READ_ID_BIT | pd.next_read;
+            pd.next_read += 1;
+            let started = now.saturating_add(delay);
+            pd.reads.insert(
+                id,
+                Read {
+                    key: pull.key,
+                    prefill,
+                    remote_request_key: pull.remote_request_key,
+                    bytes: pull.bytes,
+                    started,
+                },
+            );
+            if let Some(notes) = out.notes() {
+                notes.decision("transfers", "kv-read").arg("request", pull.key).arg("bytes", pull.bytes);
+            }
+            let start = TransferStart { id, from, to: wiring.gpus, bytes: pull.bytes };
+            out.send(wiring.fabric, delay, ClusterMessage::TransferStart(Box::new(start)));
+        }
+    }
+
+    /// A read's last byte arrived: the worker reports it at its next poll, and NIXL notifies
+    /// the prefill instance, which frees its blocks.
+    fn read_done(&mut self, id: u64, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        let pd = self.pd.as_mut().expect("only a NIXL instance reads");
+        let read = pd.reads.remove(&id).expect("a finished read was started here");
+        pd.reads_done += 1;
+        pd.bytes_read += read.bytes;
+        if let Some((record, _)) = pd.records.get_mut(&read.key) {
+            record.kv_bytes = read.bytes;
+            record.transfer_us = Some(now.as_micros() - read.started.as_micros());
+        }
+        let notify = KvNotify { remote_request_key: read.remote_request_key };
+        out.send(read.prefill, pd.wiring.pod_delay, ClusterMessage::KvNotify(notify));
+        self.engine.pull_done(read.key);
+        self.wake(now);
+    }
+
+    /// Start the loop if it is idle and the engine has something to do.
+    fn wake(&mut self, now: SimTime) {
+        if self.next == Loop::Idle && self.engine.has_requests() {
+            self.next = Loop::Top(now);
+        }
+    }
+
+    /// The decode sidecar takes a call the router sent with a prefill instance: it sends the
+    /// prefill leg (the same prompt, one output token, `do_remote_decode`) and keeps the call
+    /// for the decode leg. Returns the call back when it is to run here alone.
+    fn sidecar(
+        &mut self,
+        call: Box<CallRequest>,
+        out: &mut Outbox<ClusterMessage>,
+    ) -> Option<Box<CallRequest>> {
+        let Some(PdLeg::Prefiller { engine, name }) = &call.pd else { return Some(call) };
+        let (engine, name) = (*engine, name.clone());
+        let Some(pd) = self.pd.as_mut() else { return Some(call) };
+        if engine == pd.wiring.me || *name == *self.name {
+            // Picked as its own prefiller: vLLM would read from itself; it prefills locally.
+            let mut call = call;
+            call.pd = None;
+            return Some(call);
+        }
+        let request = &call.request;
+        let leg = CallRequest {
+            client: call.client,
+            request: EngineRequest {
+                output_token_ids: Arc::from(
+                    &request.output_token_ids[..request.output_token_ids.len().min(1)],
+                ),
+                ..request.clone()
+            },
+            model: call.model.clone(),
+            report_first_token: false,
+            fairness_id: call.fairness_id.clone(),
+            slo_ttft_ms: call.slo_ttft_ms,
+            pd: Some(PdLeg::PrefillLeg { sidecar: pd.wiring.me }),
+        };
+        if let Some(notes) = out.notes() {
+            notes.decision("decisions", "prefill-leg").arg("request", request.key).arg("prefiller", &*name);
+        }
+        out.send(engine, pd.wiring.pod_delay, ClusterMessage::Request(Box::new(leg)));
+        pd.prefilling.insert(call.request.key, (call, engine));
+        None
+    }
+
+    /// The prefill leg of a call came back to this sidecar: the decode leg enters this
+    /// instance's API server with the `kv_transfer_params` the prefill instance returned (or, if
+    /// it returned none, the call runs here alone); a refusal goes back to the client.
+    fn prefill_answered(
+        &mut self,
+        answer: ClusterMessage,
+        out: &mut Outbox<ClusterMessage>,
+    ) -> Option<Box<CallRequest>> {
+        let pd = self.pd.as_mut()?;
+        // A leg whose call was given up on meanwhile: the prefill instance holds its blocks until
+        // they expire, as upstream (nobody will read them).
+        let (mut call, _) = pd.prefilling.remove(&answer.key())?;
+        match answer {
+            ClusterMessage::Completion(m) => {
+                let record = Disaggregated {
+                    prefill_instance: m.instance.to_string(),
+                    kv_bytes: 0,
+                    transfer_us: None,
+                };
+                pd.records.insert(call.request.key, (record, m.cached_tokens));
+                pd.decoded += 1;
+                call.pd = m.kv_transfer.map(PdLeg::DecodeLeg);
+                Some(call)
+            }
+            ClusterMessage::Rejection(m) => {
+                out.send(self.router, self.delay_to_router, ClusterMessage::Rejection(m));
+                None
+            }
+            _ => None,
         }
     }
 
@@ -217,42 +441,28 @@ impl EngineHost {
     }
 
     fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
-        let call = match message {
+        match message {
             ClusterMessage::Request(call) => {
-                // The API server works on it first (HTTP, tokenization).
-                let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
-                let ready = now.saturating_add(ceil_micros(delay));
-                if ready > now {
-                    self.in_frontend.insert((ready, self.frontend_sequence), call);
-                    self.frontend_sequence += 1;
-                    return;
+                if let Some(call) = self.sidecar(call, out) {
+                    self.to_frontend(call, now, out);
                 }
-                call
             }
-            ClusterMessage::Abort(abort) => {
-                // A request still in the API server never reaches the engine.
-                if let Some(key) =
-                    self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k)
-                {
-                    self.in_frontend.remove(&key);
-                    return;
+            // Only a sidecar is answered by an engine: its prefill legs.
+            answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
+                if let Some(call) = self.prefill_answered(answer, out) {
+                    self.to_frontend(call, now, out);
                 }
-                // vLLM frees an aborted request's blocks at once; a request already finished
-                // (its answer on the way) is unknown to the scheduler and nothing happens.
-                if self.engine.abort(abort.key).is_some() {
-                    self.clients.remove(&abort.key);
-                    self.first_token_pending.remove(&abort.key);
-                    self.aborted += 1;
-                    if let Some(notes) = out.notes() {
-                        notes.phase_end("request", abort.key);
-                        notes.phase_begin("request", abort.key, "aborted");
-                    }
-                }
-                return;
             }
+            ClusterMessage::KvNotify(notify) => {
+                self.engine.notify_sent(notify.remote_request_key);
+                self.wake(now);
+            }
+            ClusterMessage::Abort(abort) => self.abort(abort, now, out),
             ClusterMessage::Scrape => {
                 out.send(self.router, self.delay_to_router, ClusterMessage::Metrics(Box::new(self.scrape())));
-                return;
+            }
+            ClusterMessage::TransferDone(done) if done.id & READ_ID_BIT != 0 => {
+                self.read_done(done.id, now, out)
             }
             ClusterMessage::TransferDone(done) => {
                 self.engine.job_done(done.id);
@@ -262,24 +472,101 @@ impl EngineHost {
                     self.held_launch = None;
                     self.next = self.run_step(now, held, out);
                 }
-                return;
             }
-            ClusterMessage::Completion(_)
-            | ClusterMessage::Rejection(_)
-            | ClusterMessage::FirstToken(_)
+            ClusterMessage::FirstToken(_)
             | ClusterMessage::Metrics(_)
             | ClusterMessage::KvEvents(_)
             | ClusterMessage::ClientDone
             | ClusterMessage::TransferCancel(_)
-            | ClusterMessage::TransferStart(_) => return,
-        };
+            | ClusterMessage::TransferStart(_) => {}
+        }
+    }
+
+    /// A request enters the API server, which works on it first (HTTP, tokenization).
+    fn to_frontend(&mut self, call: Box<CallRequest>, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        if let Some(PdLeg::PrefillLeg { sidecar }) = call.pd
+            && let Some(pd) = self.pd.as_mut()
+        {
+            pd.legs.insert(call.request.key, sidecar);
+        }
+        let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
+        let ready = now.saturating_add(ceil_micros(delay));
+        if ready > now {
+            self.in_frontend.insert((ready, self.frontend_sequence), call);
+            self.frontend_sequence += 1;
+            return;
+        }
         self.admit(&call, now, out);
+    }
+
+    /// A call its client gave up on. The decode sidecar cancels a prefill leg still out (vLLM
+    /// aborts it on the prefill instance, freeing its blocks); a read already started still runs
+    /// to its end and notifies the prefill instance, as NIXL's does.
+    fn abort(&mut self, abort: CallAbort, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+        // Where a disaggregated call stood: 0 before its read (prefill leg, decode leg in the
+        // API server, parked), 1 during it, 2 after it (decoding).
+        let mut phase = None;
+        if let Some(pd) = self.pd.as_mut() {
+            let record = pd.records.remove(&abort.key);
+            if let Some((_, prefill)) = pd.prefilling.remove(&abort.key) {
+                pd.aborts[0] += 1;
+                out.send(prefill, pd.wiring.pod_delay, ClusterMessage::Abort(abort));
+                return;
+            }
+            pd.legs.remove(&abort.key);
+            phase = record.map(|(r, _)| {
+                if pd.reads.values().any(|read| read.key == abort.key) {
+                    1
+                } else if r.transfer_us.is_some() {
+                    2
+                } else {
+                    0
+                }
+            });
+        }
+        // A request still in the API server never reaches the engine.
+        if let Some(key) = self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k)
+        {
+            self.in_frontend.remove(&key);
+            if let (Some(pd), Some(_)) = (self.pd.as_mut(), phase) {
+                pd.aborts[0] += 1;
+            }
+            return;
+        }
+        // vLLM frees an aborted request's blocks at once; a request already finished (its
+        // answer on the way) is unknown to the scheduler and nothing happens.
+        if self.engine.abort(abort.key).is_some() {
+            self.clients.remove(&abort.key);
+            self.first_token_pending.remove(&abort.key);
+            self.aborted += 1;
+            if let Some(notes) = out.notes() {
+                notes.phase_end("request", abort.key);
+                notes.phase_begin("request", abort.key, "aborted");
+            }
+            if let (Some(pd), Some(phase)) = (self.pd.as_mut(), phase) {
+                pd.aborts[phase] += 1;
+            }
+            // NIXL's side of an abort (a notification owed to the prefill instance) is sent at
+            // the engine's next step.
+            if self.engine.nixl() {
+                self.wake(now);
+            }
+        }
     }
 
     /// Hand a request to the engine (or refuse it as the API server would).
     fn admit(&mut self, call: &CallRequest, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         let key = call.request.key;
-        match self.engine.add_request(&call.request) {
+        let added = match &call.pd {
+            Some(PdLeg::PrefillLeg { .. }) => {
+                self.engine.add_request_with_transfer(&call.request, KvTransferParams::prefill_leg())
+            }
+            Some(PdLeg::DecodeLeg(params)) => {
+                self.engine.add_request_with_transfer(&call.request, KvTransferParams::clone(params))
+            }
+            Some(PdLeg::Prefiller { .. }) | None => self.engine.add_request(&call.request),
+        };
+        match added {
             Ok(()) => {
                 self.clients.insert(key, call.client);
                 if call.report_first_token {
@@ -296,9 +583,21 @@ impl EngineHost {
                     instance: self.name.clone(),
                     reason: rejection.reason().to_owned(),
                 };
-                out.send(self.router, self.delay_to_router, ClusterMessage::Rejection(Box::new(answer)));
+                let (to, delay) = self.answer_to(key);
+                out.send(to, delay, ClusterMessage::Rejection(Box::new(answer)));
             }
         }
+    }
+
+    /// Where the answer for `key` goes: a prefill leg's to its sidecar (forgotten here), any
+    /// other's to the router.
+    fn answer_to(&mut self, key: u64) -> (ActorId, SimDuration) {
+        if let Some(pd) = self.pd.as_mut()
+            && let Some(sidecar) = pd.legs.remove(&key)
+        {
+            return (sidecar, pd.wiring.pod_delay);
+        }
+        (self.router, self.delay_to_router)
     }
 
     /// Apply the outputs of the oldest batch, which ended at `now`, and answer for the requests
@@ -306,8 +605,12 @@ impl EngineHost {
     fn complete(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         self.batch_ends.pop_front();
         self.engine.complete_oldest(now.as_micros(), &mut self.finished);
-        // Under asynchronous scheduling the next batch's copies start as this one ends.
+        // Under asynchronous scheduling the next batch's copies (and reads) start as this one
+        // ends.
         self.send_copy_jobs(out);
+        if self.pd.is_some() {
+            self.send_pulls(now, SimDuration::ZERO, out);
+        }
         if !self.first_token_pending.is_empty() {
             for &(key, token) in &self.engine.last_update().tokens {
                 if token.is_some() && self.first_token_pending.remove(&key) {
@@ -321,21 +624,32 @@ impl EngineHost {
             }
         }
         self.publish(now, out);
-        for done in self.finished.drain(..) {
+        let mut finished = std::mem::take(&mut self.finished);
+        for done in finished.drain(..) {
             let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
             if let Some(answered) = &mut self.answered {
                 answered.push(done.key);
             }
+            // llm-d's sidecar reports the prefill instance's cached tokens in the usage (#916).
+            let (disaggregated, cached_tokens) =
+                match self.pd.as_mut().and_then(|pd| pd.records.remove(&done.key)) {
+                    Some((record, cached)) => (Some(Box::new(record)), cached),
+                    None => (None, done.num_cached_tokens),
+                };
             let answer = CallCompletion {
                 key: done.key,
                 client,
                 instance: self.name.clone(),
                 token_times_us: done.token_times_us,
                 num_preemptions: done.num_preemptions,
-                cached_tokens: done.num_cached_tokens,
+                cached_tokens,
+                kv_transfer: done.kv_transfer.map(Box::new),
+                disaggregated,
             };
-            out.send(self.router, self.delay_to_router, ClusterMessage::Completion(Box::new(answer)));
+            let (to, delay) = self.answer_to(done.key);
+            out.send(to, delay, ClusterMessage::Completion(Box::new(answer)));
         }
+        self.finished = finished;
     }
 
     /// Send the KV events the update just applied published, as one `KVEventBatch` stamped
@@ -407,6 +721,10 @@ impl EngineHost {
                 .arg("rank", dominant_rank(&price.by_rank));
         }
         self.send_copy_jobs(out);
+        if self.pd.is_some() {
+            // NIXL's reads start with the step's execution (`start_load_kv`).
+            self.send_pulls(now, SimDuration::from_micros(ready.as_micros() - now.as_micros()), out);
+        }
         let held = HeldLaunch { ready, device, ran_tokens };
         if self.engine.waiting_for_jobs() {
             self.held_launch = Some(held);
@@ -426,9 +744,12 @@ impl EngineHost {
             self.device_free = end;
         }
         // vLLM sleeps 1 ms after a step that ran no model while requests are unfinished (one
-        // waiting for its KV, say); only an offloading instance can be in that state without
-        // either preempting or being stalled.
-        let ready = if !ran_tokens && self.engine.offloads() && self.engine.has_unfinished() {
+        // waiting for its KV, say); only an offloading or NIXL instance can be in that state
+        // without either preempting or being stalled.
+        let ready = if !ran_tokens
+            && (self.engine.offloads() || self.engine.nixl())
+            && self.engine.has_unfinished()
+        {
             ready.max(now).saturating_add(SimDuration::from_micros(IDLE_POLL_US))
         } else {
             ready

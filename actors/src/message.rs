@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
-use blis_contracts::Endpoint;
+use blis_contracts::{Disaggregated, Endpoint};
 use blis_engines::vllm::EngineRequest;
+use blis_engines::vllm::connector::KvTransferParams;
 use blis_kernel::{ActorId, Message, MessageClass};
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
@@ -42,6 +43,10 @@ pub enum ClusterMessage {
     TransferStart(Box<TransferStart>),
     /// A KV transfer its sender no longer needs, to the fabric.
     TransferCancel(TransferDone),
+    /// NIXL's notification, from a decode instance to the prefill instance it read from: the
+    /// read of the prefill instance's blocks for one of its requests is done (or will never
+    /// happen), so it may free them.
+    KvNotify(KvNotify),
 }
 
 impl Message for ClusterMessage {
@@ -64,6 +69,7 @@ impl Message for ClusterMessage {
             ClusterMessage::TransferDone(_) => MessageClass(9),
             ClusterMessage::TransferCancel(_) => MessageClass(10),
             ClusterMessage::TransferStart(_) => MessageClass(11),
+            ClusterMessage::KvNotify(_) => MessageClass(12),
         }
     }
 
@@ -81,6 +87,7 @@ impl Message for ClusterMessage {
             ClusterMessage::TransferDone(_) => "transfer-done",
             ClusterMessage::TransferCancel(_) => "transfer-cancel",
             ClusterMessage::TransferStart(_) => "transfer-start",
+            ClusterMessage::KvNotify(_) => "kv-notify",
         }
     }
 }
@@ -101,6 +108,30 @@ pub struct CallRequest {
     pub fairness_id: Option<Arc<str>>,
     /// Its `x-llm-d-slo-ttft-ms` header, when its client sets one.
     pub slo_ttft_ms: Option<u64>,
+    /// Its part in prefill/decode disaggregation, if any.
+    pub pd: Option<PdLeg>,
+}
+
+/// A request's part in prefill/decode disaggregation (llm-d's decode sidecar, NIXL).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PdLeg {
+    /// From the router to a decode instance's sidecar: the `x-prefiller-host-port` header, the
+    /// prefill instance the router picked.
+    Prefiller {
+        /// Its engine host.
+        engine: ActorId,
+        /// Its name.
+        name: Arc<str>,
+    },
+    /// The sidecar's prefill leg, to the prefill instance (one output token,
+    /// `do_remote_decode`): answered to the sidecar, not the router.
+    PrefillLeg {
+        /// The decode instance's host, whose sidecar sent it.
+        sidecar: ActorId,
+    },
+    /// The sidecar's decode leg, inside the decode instance (never sent): the original request
+    /// with the `kv_transfer_params` the prefill instance returned.
+    DecodeLeg(Box<KvTransferParams>),
 }
 
 /// A call an engine finished.
@@ -118,6 +149,17 @@ pub struct CallCompletion {
     pub num_preemptions: u32,
     /// Prompt tokens found in the prefix cache at its first admission.
     pub cached_tokens: u32,
+    /// A prefill leg's answer: the `kv_transfer_params` the prefill instance returned.
+    pub kv_transfer: Option<Box<KvTransferParams>>,
+    /// A disaggregated call's prefill side and KV transfer, for its record.
+    pub disaggregated: Option<Box<Disaggregated>>,
+}
+
+/// NIXL's notification that a read of a prefill instance's blocks is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvNotify {
+    /// The prefill instance's request whose blocks were read.
+    pub remote_request_key: u64,
 }
 
 /// A KV transfer for the fabric to carry (DESIGN.md §5.1's Transfer, in bytes already).
@@ -176,7 +218,8 @@ impl ClusterMessage {
             | ClusterMessage::ClientDone
             | ClusterMessage::TransferDone(_)
             | ClusterMessage::TransferCancel(_)
-            | ClusterMessage::TransferStart(_) => 0,
+            | ClusterMessage::TransferStart(_)
+            | ClusterMessage::KvNotify(_) => 0,
         }
     }
 
@@ -193,7 +236,8 @@ impl ClusterMessage {
             | ClusterMessage::ClientDone
             | ClusterMessage::TransferDone(_)
             | ClusterMessage::TransferCancel(_)
-            | ClusterMessage::TransferStart(_) => ActorId(0),
+            | ClusterMessage::TransferStart(_)
+            | ClusterMessage::KvNotify(_) => ActorId(0),
         }
     }
 }
@@ -218,6 +262,7 @@ mod tests {
             report_first_token: false,
             fairness_id: None,
             slo_ttft_ms: None,
+            pd: None,
         }));
         let completion = ClusterMessage::Completion(Box::new(CallCompletion {
             key: 0,
@@ -226,6 +271,8 @@ mod tests {
             token_times_us: vec![],
             num_preemptions: 0,
             cached_tokens: 0,
+            kv_transfer: None,
+            disaggregated: None,
         }));
         let rejection = ClusterMessage::Rejection(Box::new(CallRejection {
             key: 0,
@@ -254,6 +301,7 @@ mod tests {
             ClusterMessage::TransferDone(_) => 9,
             ClusterMessage::TransferCancel(_) => 10,
             ClusterMessage::TransferStart(_) => 11,
+            ClusterMessage::KvNotify(_) => 12,
         };
         let all = [
             &completion,
@@ -273,12 +321,13 @@ mod tests {
                 to: Endpoint::Gpus { first: 0, count: 1 },
                 bytes: 1,
             })),
+            &ClusterMessage::KvNotify(KvNotify { remote_request_key: 0 }),
         ];
         for message in all {
             assert_eq!(message.class().0, expected(message));
         }
         let mut classes: Vec<u16> = all.iter().map(|m| m.class().0).collect();
         classes.dedup();
-        assert_eq!(classes.len(), 12, "two kinds share a class");
+        assert_eq!(classes.len(), 13, "two kinds share a class");
     }
 }

@@ -238,6 +238,7 @@ mod tests {
             settled_us: None,
             token_latency_us: latency,
             request_e2e_us: None,
+            disaggregated: None,
         }
     }
 

@@ -38,7 +38,7 @@ use blis_router::plugins::PluginKind;
 use blis_router::{Decision, EndpointIndex, RoundRobin, Router, RouterRng, RoutingRequest};
 
 use crate::client::REQUEST_KEY_MASK;
-use crate::message::{CallAbort, CallRejection, CallRequest, ClusterMessage};
+use crate::message::{CallAbort, CallRejection, CallRequest, ClusterMessage, PdLeg};
 
 /// The header carrying a call's session id (its workload request).
 pub const SESSION_ID_HEADER: &str = "x-session-id";
@@ -346,6 +346,9 @@ impl RouterHost {
                     &mut llmd.rng,
                 );
                 let (picked, score) = decided(decision);
+                if picked.is_ok() {
+                    call.pd = prefiller(&llmd.router, &self.engines, &self.engine_names);
+                }
                 (picked, "llm-d", score)
             }
         };
@@ -365,12 +368,15 @@ impl RouterHost {
             Ok(endpoint) => {
                 self.routed += 1;
                 if let Some(notes) = out.notes() {
-                    let note = notes
+                    let mut note = notes
                         .decision("decisions", "route")
                         .arg("request", call.request.key)
                         .arg("picked", &*self.engine_names[endpoint as usize])
                         .arg("policy", policy)
                         .arg("endpoints", self.engines.len());
+                    if let Some(PdLeg::Prefiller { name, .. }) = &call.pd {
+                        note = note.arg("prefill", &**name);
+                    }
                     if let Some(score) = score {
                         note.arg("score", score);
                     }
@@ -458,7 +464,7 @@ impl RouterHost {
             self.reclaim(model, saturation, now, out);
             return;
         };
-        let (call, _) = flow.held.remove(&key).expect("a dispatched call was held");
+        let (mut call, _) = flow.held.remove(&key).expect("a dispatched call was held");
         if let Some(notes) = out.notes() {
             notes.decision("decisions", "dispatch").arg("request", key).arg("saturation", saturation);
         }
@@ -470,6 +476,9 @@ impl RouterHost {
             &mut llmd.rng,
         );
         let (picked, score) = decided(decision);
+        if picked.is_ok() {
+            call.pd = prefiller(&llmd.router, &self.engines, &self.engine_names);
+        }
         let flow = llmd.flow.as_mut().expect("flow control is on");
         if picked.is_ok() && flow.controllers[model].eviction().is_some() {
             flow.controllers[model].track_in_flight(key, -call.request.priority, now.as_micros());
@@ -601,6 +610,13 @@ fn routing_request<'a>(call: &'a CallRequest, headers: &'a [(String, String)]) -
     }
 }
 
+/// The prefill instance the router's last decision picked (the disagg handler's
+/// `x-prefiller-host-port`), for the decode sidecar.
+fn prefiller(router: &Router, engines: &[ActorId], names: &[Arc<str>]) -> Option<PdLeg> {
+    let p = router.result().prefill? as usize;
+    Some(PdLeg::Prefiller { engine: engines[p], name: names[p].clone() })
+}
+
 /// A decision as the host delivers it: the endpoint or the refusal, and the winner's score.
 fn decided(decision: Decision) -> (Result<EndpointIndex, (u16, String)>, Option<f64>) {
     match decision {
@@ -690,7 +706,8 @@ impl Actor<ClusterMessage> for RouterHost {
                     ClusterMessage::Scrape
                     | ClusterMessage::TransferDone(_)
                     | ClusterMessage::TransferCancel(_)
-                    | ClusterMessage::TransferStart(_) => {}
+                    | ClusterMessage::TransferStart(_)
+                    | ClusterMessage::KvNotify(_) => {}
                 }
             }
         }

@@ -389,6 +389,7 @@ mod tests {
             settled_us: Some(arrival_us + gaps.iter().sum::<u64>()),
             token_latency_us: gaps,
             request_e2e_us: None,
+            disaggregated: None,
         };
         let mut tally = Tally::new(RunKind::Terminating, WarmUp::Fixed { seconds: 1.0 }, None);
         tally.add(&call(500_000, vec![100, 10]));
@@ -423,6 +424,7 @@ mod tests {
                 settled_us: Some(k * 1_000 + 50),
                 token_latency_us: vec![40, 10],
                 request_e2e_us: None,
+                disaggregated: None,
             };
             tally.add(&record);
         }

@@ -61,8 +61,8 @@ fn misconfigured_connectors_are_refused_with_path_value_and_cause() {
         (format!("{at}.kv_transfer_config.kv_connector").as_str(), Some("MyConnector"))
     );
     assert!(e.cause.contains("Unsupported connector type: MyConnector"), "{e}");
-    let e = refusal(&sessions(", kv_transfer_config: { kv_connector: NixlConnector, kv_role: kv_both }"));
-    assert_eq!(e.value.as_deref(), Some("NixlConnector"));
+    let e = refusal(&sessions(", kv_transfer_config: { kv_connector: P2pNcclConnector, kv_role: kv_both }"));
+    assert_eq!(e.value.as_deref(), Some("P2pNcclConnector"));
     assert!(e.cause.contains("does not model"), "{e}");
     // vLLM's own conditions.
     let e = refusal(&sessions(", kv_transfer_config: { kv_connector: OffloadingConnector }"));

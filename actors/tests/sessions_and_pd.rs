@@ -1,7 +1,8 @@
 //! Session affinity and P/D selection end to end: a conversation's turns carry its session (the
 //! workload request) and the tokens the router wrote on the previous answer, so session affinity
-//! keeps every turn on one instance; a scenario whose router would send work to a prefill pool
-//! is refused by name until engine-side P/D lands.
+//! keeps every turn on one instance; a scenario whose router would send whole requests to a
+//! prefill pool, or pair pools that cannot move the KV cache, is refused by name (P/D execution
+//! itself: `disaggregation.rs`).
 
 use std::collections::BTreeMap;
 
@@ -86,7 +87,7 @@ fn pd_router(handler: &str, decider: &str) -> String {
 }
 
 #[test]
-fn a_router_that_would_route_to_a_prefill_pool_is_refused_by_name() {
+fn a_router_that_would_route_whole_requests_to_a_prefill_pool_or_pair_pools_without_nixl_is_refused() {
     // A prefill pool no filter of the default profile excludes.
     let e = refusal(&chat("{ config: {} }", PREFILL_POOL));
     assert_eq!(
@@ -94,26 +95,22 @@ fn a_router_that_would_route_to_a_prefill_pool_is_refused_by_name() {
         ("cluster.pools[1].labels.llm-d.ai/role", Some("prefill"))
     );
     assert!(
-        e.cause.starts_with("a prefill pool the router's profile 'default' can route to (none of its label filters excludes it); P/D execution on the engines")
-            && e.cause.contains("comes with a later issue"),
+        e.cause.starts_with("a prefill pool the router's profile 'default' (the one every request runs) can route whole requests to"),
         "{e}"
     );
-    // A disagg handler whose decider can say yes.
+    // A disagg handler whose decider can say yes, over pools without NixlConnector: the KV
+    // cache could not move (the unlabelled pool is a decode target, the prefill pool a prefill
+    // one; the first without the connector is named).
     let enabled = pd_router("{deciders: {prefill: prefix-based-pd-decider}}", "{nonCachedTokens: 256}");
     let e = refusal(&chat(&enabled, PREFILL_POOL));
     assert_eq!(
         (e.path.as_str(), e.value.as_deref()),
-        ("cluster.router.config.plugins[4].parameters.deciders.prefill", Some("prefix-based-pd-decider"))
+        ("cluster.pools[0].engine.args.kv_transfer_config", Some("absent (no NixlConnector)"))
     );
-    assert!(e.cause.starts_with(
-        "the prefill decider 'prefix-based-pd-decider' (type: prefix-based-pd-decider) can send requests through the prefill profile 'prefill'"
-    ), "{e}");
-    // The prefill-first order runs the prefill profile for every request.
+    assert!(e.cause.contains("decode profile 'decode' can pick this pool"), "{e}");
+    // So does the prefill-first order, which runs the prefill profile for every request.
     let e = refusal(&chat(&pd_router("{stageOrder: prefill-first}", "{}"), PREFILL_POOL));
-    assert_eq!(
-        (e.path.as_str(), e.value.as_deref()),
-        ("cluster.router.config.plugins[4].parameters.stageOrder", Some("prefill-first"))
-    );
+    assert_eq!(e.path, "cluster.pools[0].engine.args.kv_transfer_config");
     // A disabled decider (nonCachedTokens 0) never disaggregates: the run goes ahead, decode only,
     // and the prefill pool (dropped by decode-filter) serves nothing.
     let disabled = pd_router("{deciders: {prefill: prefix-based-pd-decider}}", "{nonCachedTokens: 0}");

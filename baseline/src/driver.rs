@@ -270,6 +270,7 @@ async fn replay_call(context: &CallContext, call: ReplayCall) -> (CallRecord, u6
         settled_us: Some(micros(settled - context.start)),
         token_latency_us,
         request_e2e_us,
+        disaggregated: None,
     };
     (record, sent_us.saturating_sub(call.arrival_us))
 }

@@ -68,6 +68,26 @@ pub struct CallRecord {
     /// its last node's end), µs; absent on other calls and on requests that did not complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_e2e_us: Option<u64>,
+    /// For a call served disaggregated (prefill on one instance, decode on another, the KV
+    /// cache moved between them): the prefill side and the transfer; absent otherwise. The
+    /// decode instance is [`CallRecord::instance`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregated: Option<Disaggregated>,
+}
+
+/// The prefill side of a disaggregated call, and the KV transfer from it to the decode side.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disaggregated {
+    /// The instance that ran the prefill leg (its one output token is discarded). The call's
+    /// `cached_tokens` are this instance's, as llm-d's sidecar reports them.
+    pub prefill_instance: String,
+    /// KV bytes the decode instance read from the prefill instance (over all its GPUs); 0 when
+    /// the read had not started or the decode instance had every block.
+    pub kv_bytes: u64,
+    /// The read's time on the fabric, µs: from the decode worker starting it to its last byte
+    /// arriving; absent when no read finished for the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_us: Option<u64>,
 }
 
 impl CallRecord {

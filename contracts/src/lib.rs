@@ -26,7 +26,7 @@ mod stack;
 mod workload;
 pub mod yaml;
 
-pub use call::{CallRecord, Fate};
+pub use call::{CallRecord, Disaggregated, Fate};
 pub use calls_header::{CALLS_SCHEMA, CallsFile, CallsHeader, ServedPool, ServingSettings, Writer};
 pub use engine::{
     EngineIdentity, Environment, GraphPolicy, KvPlan, MemoryFootprint, ParallelLayout, PoolPlan, StepGraph,

@@ -54,6 +54,7 @@ fn call(id: &str, arrival_us: u64, latency: &[u64]) -> CallRecord {
         settled_us: Some(arrival_us + latency.iter().sum::<u64>()),
         token_latency_us: latency.to_vec(),
         request_e2e_us: Some(latency.iter().sum()),
+        disaggregated: None,
     }
 }
 
