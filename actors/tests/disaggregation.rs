@@ -98,6 +98,18 @@ fn a_pd_run_records_prefill_instance_decode_instance_and_transfer_with_ttft_with
         }
     }
     assert!(out.calls.iter().any(|c| c.disaggregated.is_none()), "short prompts are served aggregated");
+    // The instances' records add up to the calls'.
+    let records: Vec<_> =
+        out.result.instances.iter().map(|i| (i.name.as_str(), i.disaggregation.clone().unwrap())).collect();
+    let sum = |f: fn(&blis_contracts::DisaggregationRecord) -> u64, prefix: &str| -> u64 {
+        records.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, r)| f(r)).sum()
+    };
+    assert_eq!(sum(|r| r.prefill_legs, "engine/prefill-"), pd.len() as u64);
+    assert_eq!(sum(|r| r.decoded, "engine/decode-"), pd.len() as u64);
+    assert_eq!(sum(|r| r.reads, "engine/decode-"), pd.len() as u64);
+    let bytes: u64 = pd.iter().map(|c| c.disaggregated.as_ref().unwrap().kv_bytes).sum();
+    assert_eq!(sum(|r| r.bytes_read, "engine/decode-"), bytes);
+    assert_eq!(sum(|r| r.prefill_legs, "engine/decode-") + sum(|r| r.reads, "engine/prefill-"), 0);
     // Same seed, same bytes.
     let again = run(&one_p_two_d("{ nodes: 1, gpus_per_node: 8 }"), options(), &mut |_| {}).unwrap();
     assert_eq!(serde_json::to_string(&out.calls).unwrap(), serde_json::to_string(&again.calls).unwrap());
