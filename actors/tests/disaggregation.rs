@@ -137,6 +137,49 @@ fn reads_between_nodes_cross_the_nics_and_take_longer_than_over_nvlink() {
     assert!(fast < 4.0 && slow > 15.0 && slow < 30.0, "µs per MiB: NVLink {fast}, RDMA {slow}");
 }
 
+fn take<T: Observer<ClusterMessage>>(observer: Box<dyn Observer<ClusterMessage>>) -> T {
+    let observer: Box<dyn std::any::Any> = observer;
+    *observer.downcast::<T>().expect("the observer comes back as attached")
+}
+
+#[test]
+fn a_pd_run_is_the_same_on_the_parity_host_draws_a_valid_timeline_and_replays_without_divergence() {
+    use blis_actors::{run_observed, timeline_group};
+    use blis_kernel::SimTime;
+    use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
+    use blis_kernel::timeline::{TimelineFilter, TimelineWriter, check};
+
+    let text = one_p_two_d("{ nodes: 3, gpus_per_node: 1 }");
+    let inline = run(&text, options(), &mut |_| {}).unwrap();
+    let tasks = run(&text, RunOptions { host: HostKind::Tasks, ..options() }, &mut |_| {}).unwrap();
+    assert_eq!(inline.result_json(), tasks.result_json());
+    assert_eq!(inline.calls_jsonl(), tasks.calls_jsonl());
+    // The timeline (with the prefill legs and the reads noted) passes Perfetto's rules.
+    let writer = TimelineWriter::new(Vec::new(), TimelineFilter::default(), Box::new(timeline_group), &[]);
+    let data = CostData::embedded();
+    let (out, mut observers) =
+        run_observed(&text, options(), &data, vec![Box::new(writer)], &mut |_| {}).unwrap();
+    let writer = take::<TimelineWriter<Vec<u8>>>(observers.remove(0));
+    let trace = writer.finish(SimTime::from_micros(out.result.simulation.end_time_us)).unwrap();
+    let trace = String::from_utf8(trace).unwrap();
+    assert!(trace.contains("prefill-leg") && trace.contains("kv-read"));
+    let violations = check(&trace);
+    assert!(violations.is_empty(), "{:?}", &violations[..violations.len().min(5)]);
+    // Record, then replay against the recording.
+    let log = MessageLog::new(Vec::new(), &text);
+    let (out, mut observers) =
+        run_observed(&text, options(), &data, vec![Box::new(log)], &mut |_| {}).unwrap();
+    let bytes = take::<MessageLog<Vec<u8>>>(observers.remove(0)).finish(&out.comparable_digest()).unwrap();
+    let recorded = RecordedRun::read(bytes.as_slice()).unwrap();
+    let replay: Box<dyn Observer<ClusterMessage>> =
+        Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries.clone()));
+    let (replayed, mut observers) =
+        run_observed(&recorded.inputs, options(), &data, vec![replay], &mut |_| {}).unwrap();
+    let replay = take::<ReplayCheck<ClusterMessage>>(observers.remove(0));
+    assert_eq!(replay.outcome(), None);
+    assert_eq!(recorded.trailer.as_deref(), Some(replayed.comparable_digest().as_str()));
+}
+
 /// Collects the violations the actors' own checks find (a checked run).
 #[derive(Default)]
 struct Violations {
@@ -269,4 +312,24 @@ fn misconfigured_pd_deployments_are_refused_with_path_value_and_cause() {
         (e.path.as_str(), e.value.as_deref()),
         ("cluster.pools[0].engine.args.kv_transfer_config.engine_id", Some("\"p\""))
     );
+}
+
+#[test]
+fn instances_that_both_prefill_and_decode_serve_either_side_and_never_read_from_themselves() {
+    let pools = pool("both", 3, Some("both"), NIXL);
+    let text = scenario(&router(256), "{ nodes: 1, gpus_per_node: 8 }", &pools, &client("a", 60, None));
+    let out = run(&text, options(), &mut |_| {}).unwrap();
+    assert_eq!(out.result.fates.completed, 60);
+    let pd = disaggregated(&out);
+    assert!(!pd.is_empty());
+    for call in &pd {
+        let d = call.disaggregated.as_ref().unwrap();
+        assert_ne!(d.prefill_instance, call.instance, "{call:?}");
+        assert!(d.kv_bytes > 0);
+    }
+    // Every instance took both sides.
+    for i in &out.result.instances {
+        let r = i.disaggregation.as_ref().unwrap();
+        assert!(r.prefill_legs > 0 && r.decoded > 0, "{}: {r:?}", i.name);
+    }
 }
