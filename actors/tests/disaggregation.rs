@@ -333,3 +333,25 @@ fn instances_that_both_prefill_and_decode_serve_either_side_and_never_read_from_
         assert!(r.prefill_legs > 0 && r.decoded > 0, "{}: {r:?}", i.name);
     }
 }
+
+#[test]
+fn every_pd_example_scenario_assembles() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/scenarios/pd");
+    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    assert!(names.len() >= 10, "{names:?}");
+    for path in names {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let scenario = Scenario::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let options = blis_actors::AssemblyOptions {
+            host: HostKind::Inline,
+            base_dir: dir.clone(),
+            keep_released: false,
+            released_token_ids: false,
+            fault: None,
+        };
+        if let Err(e) = assemble(&scenario, 1, &CostData::embedded(), &options) {
+            panic!("{}: {e}", path.display());
+        }
+    }
+}
