@@ -100,6 +100,8 @@ struct PdSide {
     legs: BTreeMap<u64, ActorId>,
     /// Disaggregated calls aborted here before their read, during it and after it.
     aborts: [u64; 3],
+    /// Prefill legs answered here.
+    legs_answered: u64,
     /// Calls served disaggregated here as the decode side, reads completed, bytes read.
     decoded: u64,
     reads_done: u64,
@@ -213,6 +215,7 @@ impl EngineHost {
             next_read: 0,
             legs: BTreeMap::new(),
             aborts: [0; 3],
+            legs_answered: 0,
             decoded: 0,
             reads_done: 0,
             bytes_read: 0,
@@ -223,6 +226,20 @@ impl EngineHost {
     /// read (all 0 on an instance without NIXL).
     pub fn pd_totals(&self) -> (u64, u64, u64) {
         self.pd.as_ref().map_or((0, 0, 0), |pd| (pd.decoded, pd.reads_done, pd.bytes_read))
+    }
+
+    /// What the instance did for disaggregation over the run (none without NixlConnector).
+    pub fn disaggregation_record(&self) -> Option<blis_contracts::DisaggregationRecord> {
+        let pd = self.pd.as_ref()?;
+        let (_, _, expired) = self.engine.nixl_totals().unwrap_or_default();
+        Some(blis_contracts::DisaggregationRecord {
+            prefill_legs: pd.legs_answered,
+            decoded: pd.decoded,
+            reads: pd.reads_done,
+            bytes_read: pd.bytes_read,
+            holds_expired: expired,
+            aborts_by_phase: pd.aborts,
+        })
     }
 
     /// Disaggregated calls aborted on this decode instance before their KV read, during it and
@@ -595,6 +612,7 @@ impl EngineHost {
         if let Some(pd) = self.pd.as_mut()
             && let Some(sidecar) = pd.legs.remove(&key)
         {
+            pd.legs_answered += 1;
             return (sidecar, pd.wiring.pod_delay);
         }
         (self.router, self.delay_to_router)

@@ -98,6 +98,18 @@ fn a_pd_run_records_prefill_instance_decode_instance_and_transfer_with_ttft_with
         }
     }
     assert!(out.calls.iter().any(|c| c.disaggregated.is_none()), "short prompts are served aggregated");
+    // The instances' records add up to the calls'.
+    let records: Vec<_> =
+        out.result.instances.iter().map(|i| (i.name.as_str(), i.disaggregation.clone().unwrap())).collect();
+    let sum = |f: fn(&blis_contracts::DisaggregationRecord) -> u64, prefix: &str| -> u64 {
+        records.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, r)| f(r)).sum()
+    };
+    assert_eq!(sum(|r| r.prefill_legs, "engine/prefill-"), pd.len() as u64);
+    assert_eq!(sum(|r| r.decoded, "engine/decode-"), pd.len() as u64);
+    assert_eq!(sum(|r| r.reads, "engine/decode-"), pd.len() as u64);
+    let bytes: u64 = pd.iter().map(|c| c.disaggregated.as_ref().unwrap().kv_bytes).sum();
+    assert_eq!(sum(|r| r.bytes_read, "engine/decode-"), bytes);
+    assert_eq!(sum(|r| r.prefill_legs, "engine/decode-") + sum(|r| r.reads, "engine/prefill-"), 0);
     // Same seed, same bytes.
     let again = run(&one_p_two_d("{ nodes: 1, gpus_per_node: 8 }"), options(), &mut |_| {}).unwrap();
     assert_eq!(serde_json::to_string(&out.calls).unwrap(), serde_json::to_string(&again.calls).unwrap());
@@ -123,6 +135,49 @@ fn reads_between_nodes_cross_the_nics_and_take_longer_than_over_nvlink() {
     let (fast, slow) = (mean(&nvlink), mean(&rdma));
     // 450 GB/s vs 50 GB/s (bounded by PCIe Gen5 at 64 GB/s): ~2.3 vs ~21 µs per MiB.
     assert!(fast < 4.0 && slow > 15.0 && slow < 30.0, "µs per MiB: NVLink {fast}, RDMA {slow}");
+}
+
+fn take<T: Observer<ClusterMessage>>(observer: Box<dyn Observer<ClusterMessage>>) -> T {
+    let observer: Box<dyn std::any::Any> = observer;
+    *observer.downcast::<T>().expect("the observer comes back as attached")
+}
+
+#[test]
+fn a_pd_run_is_the_same_on_the_parity_host_draws_a_valid_timeline_and_replays_without_divergence() {
+    use blis_actors::{run_observed, timeline_group};
+    use blis_kernel::SimTime;
+    use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
+    use blis_kernel::timeline::{TimelineFilter, TimelineWriter, check};
+
+    let text = one_p_two_d("{ nodes: 3, gpus_per_node: 1 }");
+    let inline = run(&text, options(), &mut |_| {}).unwrap();
+    let tasks = run(&text, RunOptions { host: HostKind::Tasks, ..options() }, &mut |_| {}).unwrap();
+    assert_eq!(inline.result_json(), tasks.result_json());
+    assert_eq!(inline.calls_jsonl(), tasks.calls_jsonl());
+    // The timeline (with the prefill legs and the reads noted) passes Perfetto's rules.
+    let writer = TimelineWriter::new(Vec::new(), TimelineFilter::default(), Box::new(timeline_group), &[]);
+    let data = CostData::embedded();
+    let (out, mut observers) =
+        run_observed(&text, options(), &data, vec![Box::new(writer)], &mut |_| {}).unwrap();
+    let writer = take::<TimelineWriter<Vec<u8>>>(observers.remove(0));
+    let trace = writer.finish(SimTime::from_micros(out.result.simulation.end_time_us)).unwrap();
+    let trace = String::from_utf8(trace).unwrap();
+    assert!(trace.contains("prefill-leg") && trace.contains("kv-read"));
+    let violations = check(&trace);
+    assert!(violations.is_empty(), "{:?}", &violations[..violations.len().min(5)]);
+    // Record, then replay against the recording.
+    let log = MessageLog::new(Vec::new(), &text);
+    let (out, mut observers) =
+        run_observed(&text, options(), &data, vec![Box::new(log)], &mut |_| {}).unwrap();
+    let bytes = take::<MessageLog<Vec<u8>>>(observers.remove(0)).finish(&out.comparable_digest()).unwrap();
+    let recorded = RecordedRun::read(bytes.as_slice()).unwrap();
+    let replay: Box<dyn Observer<ClusterMessage>> =
+        Box::new(ReplayCheck::<ClusterMessage>::new(recorded.deliveries.clone()));
+    let (replayed, mut observers) =
+        run_observed(&recorded.inputs, options(), &data, vec![replay], &mut |_| {}).unwrap();
+    let replay = take::<ReplayCheck<ClusterMessage>>(observers.remove(0));
+    assert_eq!(replay.outcome(), None);
+    assert_eq!(recorded.trailer.as_deref(), Some(replayed.comparable_digest().as_str()));
 }
 
 /// Collects the violations the actors' own checks find (a checked run).
@@ -257,4 +312,46 @@ fn misconfigured_pd_deployments_are_refused_with_path_value_and_cause() {
         (e.path.as_str(), e.value.as_deref()),
         ("cluster.pools[0].engine.args.kv_transfer_config.engine_id", Some("\"p\""))
     );
+}
+
+#[test]
+fn instances_that_both_prefill_and_decode_serve_either_side_and_never_read_from_themselves() {
+    let pools = pool("both", 3, Some("both"), NIXL);
+    let text = scenario(&router(256), "{ nodes: 1, gpus_per_node: 8 }", &pools, &client("a", 60, None));
+    let out = run(&text, options(), &mut |_| {}).unwrap();
+    assert_eq!(out.result.fates.completed, 60);
+    let pd = disaggregated(&out);
+    assert!(!pd.is_empty());
+    for call in &pd {
+        let d = call.disaggregated.as_ref().unwrap();
+        assert_ne!(d.prefill_instance, call.instance, "{call:?}");
+        assert!(d.kv_bytes > 0);
+    }
+    // Every instance took both sides.
+    for i in &out.result.instances {
+        let r = i.disaggregation.as_ref().unwrap();
+        assert!(r.prefill_legs > 0 && r.decoded > 0, "{}: {r:?}", i.name);
+    }
+}
+
+#[test]
+fn every_pd_example_scenario_assembles() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/scenarios/pd");
+    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    assert!(names.len() >= 10, "{names:?}");
+    for path in names {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let scenario = Scenario::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let options = blis_actors::AssemblyOptions {
+            host: HostKind::Inline,
+            base_dir: dir.clone(),
+            keep_released: false,
+            released_token_ids: false,
+            fault: None,
+        };
+        if let Err(e) = assemble(&scenario, 1, &CostData::embedded(), &options) {
+            panic!("{}: {e}", path.display());
+        }
+    }
 }

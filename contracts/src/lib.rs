@@ -43,9 +43,9 @@ pub use model::{AttentionKind, Dtype, ModelArchitecture, MoeLayout};
 pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
-    BuildRecord, DataRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord, LatencySummary, Metrics,
-    OffloadRecord, OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord, RunResult,
-    ScenarioRecord, SimulationRecord, SpreadRecord, ValidityRecord,
+    BuildRecord, DataRecord, DisaggregationRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord,
+    LatencySummary, Metrics, OffloadRecord, OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord,
+    RunResult, ScenarioRecord, SimulationRecord, SpreadRecord, ValidityRecord,
 };
 pub use scenario::{
     Cluster, DEFAULT_REFRESH_METRICS_INTERVAL_S, EngineKind, EngineSpec, Hardware, LLMD_ROUTER_VERSION,

@@ -165,6 +165,29 @@ pub struct InstanceRecord {
     /// The CPU tier, when the instance offloads KV blocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<OffloadRecord>,
+    /// Prefill/decode disaggregation, when the instance runs NixlConnector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<DisaggregationRecord>,
+}
+
+/// What a NixlConnector instance did for prefill/decode disaggregation over a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisaggregationRecord {
+    /// Prefill legs it answered (as a prefill instance), with their transfer parameters or a
+    /// refusal.
+    pub prefill_legs: u64,
+    /// Calls its sidecar ran with a prefill leg elsewhere and then decoded here.
+    pub decoded: u64,
+    /// KV reads it completed from prefill instances (as a decode instance), and their bytes.
+    pub reads: u64,
+    /// Bytes of those reads.
+    pub bytes_read: u64,
+    /// Holds of its blocks released by `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (480 s) because no
+    /// decode instance read them (as a prefill instance).
+    pub holds_expired: u64,
+    /// Disaggregated calls aborted here (their client gave up) before their read started,
+    /// during it, and after it.
+    pub aborts_by_phase: [u64; 3],
 }
 
 /// What an instance's CPU KV tier did over a run.

@@ -202,6 +202,7 @@ pub fn run_replication(
             kv_usage_mean,
             kv_usage_peak,
             offload: host.engine().offload_record(),
+            disaggregation: host.disaggregation_record(),
         });
         engine_steps += counters.steps;
         priced.merge(host.priced());
