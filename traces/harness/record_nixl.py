@@ -167,7 +167,6 @@ class FakeNixlWorker:
             self.to_process.discard(rid)
             assert rid not in self.to_send
         for rid in sorted(meta.reqs_to_send, key=h.index.get):
-            assert len(meta.reqs_to_send) == 1 or True
             if rid in self.to_process:
                 self.to_send[rid] = h.expiry.get(rid)
         # ---- get_finished
@@ -194,6 +193,7 @@ class FakeNixlWorker:
             k = h.nixl["fail_reads"].get(rid)
             if k is not None and rid not in self.failed_once:
                 self.failed_once.add(rid)
+                assert k < len(rd[2]), ("fail_reads index past the read's local blocks", rid, k, rd[2])
                 invalid.add(rd[2][k])
             h.notifs[rd[3]].append(rd[4])
         self.reads = keep
