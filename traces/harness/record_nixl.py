@@ -146,6 +146,7 @@ class FakeNixlWorker:
         self.failed_once = set()
         self.dropped_notifs = []
         self.expired = []
+        self.early_notifs = []  # accepted before reqs_to_send reached this worker
 
     def execute(self, so, step):
         h = self.h
@@ -178,7 +179,8 @@ class FakeNixlWorker:
                 continue
             sending.add(rid)
             self.to_process.remove(rid)
-            self.to_send.pop(rid, None)
+            if self.to_send.pop(rid, "unarmed") == "unarmed":
+                self.early_notifs.append([step, rid])
         queue.clear()
         recving = set()
         invalid = set()
@@ -523,7 +525,8 @@ class NixlTrace:
         end = {"kind": "end", "P": P.side_end(), "D": D.side_end()}
         self.end_extra = {"held_blocks": len(held_blocks), "reads_in_flight": [r[0] for r in D.worker.reads],
                           "notifs_pending": list(self.notifs[ENGINE_P]),
-                          "dropped": P.worker.dropped_notifs, "expired": P.worker.expired}
+                          "dropped": P.worker.dropped_notifs, "expired": P.worker.expired,
+                          "early": P.worker.early_notifs}
         return [self.header()] + self.lines + [end]
 
 
@@ -558,7 +561,7 @@ def main():
                   "inflight %s dropped %s expired %s"
                   % (name, tr.steps, len(tr.specs), st["preemptions"], ",".join(st["aborts"]) or "-",
                      hits, tr.sides["D"].ext_hits, lines[-1]["P"]["held"], e["held_blocks"],
-                     e["reads_in_flight"], e["dropped"], e["expired"]), flush=True)
+                     e["reads_in_flight"], e["dropped"], e["expired"]), "early", e["early"], flush=True)
     print("total %d traces, %d steps" % (len(rows), total))
     if args.check:
         bad = [r[0] for r in rows if not os.path.exists(os.path.join(args.out, r[0]))
