@@ -461,13 +461,13 @@ impl EngineHost {
         match message {
             ClusterMessage::Request(call) => {
                 if let Some(call) = self.sidecar(call, out) {
-                    self.to_frontend(call, now, out);
+                    self.send_to_frontend(call, now, out);
                 }
             }
             // Only a sidecar is answered by an engine: its prefill legs.
             answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
                 if let Some(call) = self.prefill_answered(answer, out) {
-                    self.to_frontend(call, now, out);
+                    self.send_to_frontend(call, now, out);
                 }
             }
             ClusterMessage::KvNotify(notify) => {
@@ -500,7 +500,7 @@ impl EngineHost {
     }
 
     /// A request enters the API server, which works on it first (HTTP, tokenization).
-    fn to_frontend(&mut self, call: Box<CallRequest>, now: SimTime, out: &mut Outbox<ClusterMessage>) {
+    fn send_to_frontend(&mut self, call: Box<CallRequest>, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         if let Some(PdLeg::PrefillLeg { sidecar }) = call.pd
             && let Some(pd) = self.pd.as_mut()
         {

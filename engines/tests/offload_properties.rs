@@ -163,7 +163,7 @@ proptest! {
             case.caching,
             true,
         );
-        let mut s = Scheduler::with_connector(limits, kv, Some(Connector::Offloading(connector)));
+        let mut s = Scheduler::with_connector(limits, kv, Some(Connector::Offloading(Box::new(connector))));
         s.set_record_kv_events(true);
         let mut w = Worker {
             worker: OffloadWorker::new(),

@@ -188,13 +188,13 @@ impl Replay {
         let n = requests.len();
         let offload = c["kv_connector"] == "OffloadingConnector";
         let connector = offload.then(|| {
-            Connector::Offloading(OffloadingScheduler::new(
+            Connector::Offloading(Box::new(OffloadingScheduler::new(
                 u("block_size"),
                 u("offloaded_block_size"),
                 u("cpu_blocks"),
                 c["enable_prefix_caching"].as_bool().unwrap(),
                 true,
-            ))
+            )))
         });
         let worker = offload.then(|| FakeWorker {
             worker: OffloadWorker::new(),

@@ -288,13 +288,13 @@ impl VllmEngine {
             let factor = o.block_size / config.block_size;
             let per_gpu_block = environment.transfer_bytes(&Transfer { gpu_blocks: 1 });
             let blocks = cpu_blocks(o.cpu_bytes_to_use, per_gpu_block, factor);
-            Connector::Offloading(OffloadingScheduler::new(
+            Connector::Offloading(Box::new(OffloadingScheduler::new(
                 config.block_size,
                 o.block_size,
                 u32::try_from(blocks).unwrap_or(u32::MAX),
                 config.enable_prefix_caching,
                 false,
-            ))
+            )))
         });
         let offload = offload_connector.as_ref().map(|_| OffloadSide {
             worker: OffloadWorker::new(),

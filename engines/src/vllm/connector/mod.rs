@@ -93,7 +93,7 @@ impl ConnectorMeta {
 #[derive(Clone, Debug)]
 pub enum Connector {
     /// `OffloadingConnector`: a CPU tier below GPU memory.
-    Offloading(OffloadingScheduler),
+    Offloading(Box<OffloadingScheduler>),
     /// `NixlConnector`: KV read from a prefill instance by a decode instance.
     Nixl(NixlScheduler),
 }
@@ -195,7 +195,7 @@ impl Connector {
     /// The offloading connector, if that is what this is.
     pub fn offloading(&self) -> Option<&OffloadingScheduler> {
         match self {
-            Connector::Offloading(c) => Some(c),
+            Connector::Offloading(c) => Some(&**c),
             Connector::Nixl(_) => None,
         }
     }
