@@ -99,6 +99,16 @@ pub fn cpu_blocks(cpu_bytes_to_use: f64, bytes_per_gpu_block_all_ranks: u64, fac
     (cpu_bytes_to_use.trunc() as u64).checked_div(per_block).unwrap_or(0)
 }
 
+/// `kv_load_failure_policy`: whether a failed load is recomputed (`recompute`, the default)
+/// rather than failing its request (`fail`).
+fn recompute_on_failure(config: &KvTransferConfig, tc: &dyn Fn(&str) -> String) -> Result<bool, FieldError> {
+    match config.kv_load_failure_policy.as_deref().unwrap_or("recompute") {
+        "recompute" => Ok(true),
+        "fail" => Ok(false),
+        other => Err(FieldError::new(tc("kv_load_failure_policy"), other, "vLLM accepts recompute or fail")),
+    }
+}
+
 /// Read a YAML number as vLLM would (`int` or `float`).
 fn number(value: &YamlValue) -> Option<f64> {
     value.as_f64().or_else(|| value.as_i64().map(|v| v as f64)).or_else(|| value.as_u64().map(|v| v as f64))
@@ -241,14 +251,7 @@ impl KvTransferConfig {
                  kv_events_config or disable_hybrid_kv_cache_manager: true)",
             ));
         }
-        let policy = config.kv_load_failure_policy.as_deref().unwrap_or("recompute");
-        if policy != "recompute" && policy != "fail" {
-            return Err(FieldError::new(
-                tc("kv_load_failure_policy"),
-                policy,
-                "vLLM accepts recompute or fail",
-            ));
-        }
+        let recompute_on_failure = recompute_on_failure(&config, &tc)?;
         let ex = |field: &str| tc(&format!("kv_connector_extra_config.{field}"));
         let mut cpu_bytes = None;
         let mut block_size = gpu_block_size;
@@ -344,7 +347,7 @@ impl KvTransferConfig {
         Ok(Some(KvConnectorKind::Offloading(OffloadConfig {
             cpu_bytes_to_use,
             block_size,
-            recompute_on_failure: policy == "recompute",
+            recompute_on_failure,
         })))
     }
 
@@ -371,14 +374,7 @@ impl KvTransferConfig {
                 "a connector loaded from kv_connector_module_path is not modelled",
             ));
         }
-        let policy = config.kv_load_failure_policy.as_deref().unwrap_or("recompute");
-        if policy != "recompute" && policy != "fail" {
-            return Err(FieldError::new(
-                tc("kv_load_failure_policy"),
-                policy,
-                "vLLM accepts recompute or fail",
-            ));
-        }
+        let recompute_on_failure = recompute_on_failure(config, tc)?;
         for (key, value) in extra {
             let key = key.as_str().unwrap_or_default();
             let shown = serde_json::to_string(value).unwrap_or_default();
@@ -420,7 +416,7 @@ impl KvTransferConfig {
         Ok(KvConnectorKind::Nixl(NixlConfig {
             kv_role: config.kv_role.clone().unwrap_or_default(),
             engine_id: config.engine_id.clone(),
-            recompute_on_failure: policy == "recompute",
+            recompute_on_failure,
         }))
     }
 }
