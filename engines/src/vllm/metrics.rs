@@ -70,7 +70,9 @@ impl MetricsSnapshot {
         self.prefix_cache_hits += stats.prefix_cache.hits;
         self.num_preemptions = preemptions;
         self.external_prefix_cache_queries += stats.connector_prefix_cache.queries;
-        self.external_prefix_cache_hits += stats.connector_prefix_cache.hits;
+        // A negative step count (see `ConnectorPrefixCacheStats`) adds nothing: vLLM increments
+        // a prometheus_client Counter, which refuses a negative amount.
+        self.external_prefix_cache_hits += stats.connector_prefix_cache.hits.max(0).unsigned_abs();
     }
 
     /// The numeric series under their Prometheus names.

@@ -25,6 +25,7 @@ pub use metrics::{CacheConfigInfo, MetricsSnapshot};
 pub use plan::{KvBudget, VllmPlan, plan};
 pub use request::{EngineRequest, Status};
 pub use scheduler::{
-    Admission, BlockSpan, FinishReason, FinishedRequest, Policy, RequestHandle, Scheduled, Scheduler,
-    SchedulerCounters, SchedulerEvent, SchedulerLimits, SchedulerOutput, SchedulerStats, UpdateOutput,
+    Admission, BlockSpan, ConnectorPrefixCacheStats, FinishReason, FinishedRequest, Policy, RequestHandle,
+    Scheduled, Scheduler, SchedulerCounters, SchedulerEvent, SchedulerLimits, SchedulerOutput,
+    SchedulerStats, UpdateOutput,
 };

@@ -52,7 +52,7 @@ pub(crate) struct Request {
     pub(crate) num_computed_tokens: u32,
     pub(crate) num_output_placeholders: u32,
     pub(crate) num_cached_tokens: Option<u32>,
-    pub(crate) num_external_computed_tokens: u32,
+    pub(crate) num_external_computed_tokens: i64,
     pub(crate) num_preemptions: u32,
     pub(crate) status: Status,
     /// Prefix-cache keys of its full blocks.

@@ -254,7 +254,27 @@ pub struct SchedulerStats {
     pub prefix_cache: PrefixCacheStats,
     /// The connector's external prefix hits since the previous update (recorded when a request
     /// is admitted to running: its tokens, and the tokens its connector supplied).
-    pub connector_prefix_cache: PrefixCacheStats,
+    pub connector_prefix_cache: ConnectorPrefixCacheStats,
+}
+
+/// vLLM's connector `PrefixCacheStats`: as [`PrefixCacheStats`], but the hits are signed, because
+/// vLLM's invalid-block handling subtracts the tokens a failed load lost from the request's
+/// external count including the last block's padding, which can take it below zero
+/// (`traces/vllm-0.15.1/nixl-mixed-everything-*`, r10: −9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectorPrefixCacheStats {
+    /// Lookups by never-preempted requests.
+    pub requests: u64,
+    /// Tokens those lookups covered.
+    pub queries: u64,
+    /// Tokens the connector supplied them (may be negative, as above).
+    pub hits: i64,
+    /// Lookups by preempted requests.
+    pub preempted_requests: u64,
+    /// Tokens those covered.
+    pub preempted_queries: u64,
+    /// Tokens the connector supplied them.
+    pub preempted_hits: i64,
 }
 
 /// A running-phase entry while a step is being scheduled: request, tokens, computed before,
@@ -288,7 +308,7 @@ pub struct Scheduler {
     key_block_size: Option<usize>,
     finished_recving: BTreeSet<u64>,
     failed_recving: BTreeSet<u64>,
-    connector_stats: PrefixCacheStats,
+    connector_stats: ConnectorPrefixCacheStats,
     skipped: Vec<RequestHandle>,
     held_requests: usize,
     record_events: bool,
@@ -337,7 +357,7 @@ impl Scheduler {
             connector,
             finished_recving: BTreeSet::new(),
             failed_recving: BTreeSet::new(),
-            connector_stats: PrefixCacheStats::default(),
+            connector_stats: ConnectorPrefixCacheStats::default(),
             skipped: Vec::new(),
             held_requests: 0,
             record_events: false,
@@ -641,7 +661,7 @@ impl Scheduler {
                 let request = self.get_mut(handle);
                 if request.num_computed_tokens == 0 {
                     if lookup.is_some() {
-                        request.num_external_computed_tokens = external;
+                        request.num_external_computed_tokens = i64::from(external);
                     }
                     hit_tokens + external
                 } else {
@@ -697,8 +717,7 @@ impl Scheduler {
             }
             if self.connector.is_some() {
                 let request = self.get(handle);
-                let (tokens, ext) =
-                    (u64::from(request.num_tokens()), u64::from(request.num_external_computed_tokens));
+                let (tokens, ext) = (u64::from(request.num_tokens()), request.num_external_computed_tokens);
                 let preempted = request.num_preemptions > 0;
                 let stats = &mut self.connector_stats;
                 if preempted {
@@ -954,7 +973,7 @@ impl Scheduler {
             cut = true;
             request.num_computed_tokens = idx as u32 * block_size;
             let lost = span - request.num_computed_tokens;
-            request.num_external_computed_tokens = request.num_external_computed_tokens.wrapping_sub(lost);
+            request.num_external_computed_tokens -= i64::from(lost);
         }
         if affected && !cut {
             request.num_computed_tokens = request.num_cached_tokens.unwrap_or(0);
