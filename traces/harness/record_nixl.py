@@ -3,7 +3,7 @@
 AsyncSchedulers) in one process, P ("oracle-p") and D ("oracle-d"), each with
 vLLM's own NixlConnector (scheduler role, NixlConnectorScheduler), on CPU, for
 the workloads of nixl_workloads.py.  Writes traces/vllm-0.15.1/nixl-*.jsonl and
-appends them to INDEX.tsv.  The trace format is /work/coord/nixl-trace-format.md
+appends them to INDEX.tsv.  The trace format is traces/harness/nixl-trace-format.md
 (copied into manifest.md, "NIXL").
 
 Replaced (see manifest.md, "NIXL"): the model runner (as record.py), and the
