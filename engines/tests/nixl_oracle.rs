@@ -9,18 +9,22 @@
 //! request is released by its reader's notification or after a number of global steps); the
 //! scheduler side under test is the port's.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use blis_engines::vllm::connector::{Connector, ConnectorOutput, KvTransferParams, NixlScheduler};
+use blis_engines::vllm::connector::{Connector, KvTransferParams, NixlScheduler};
 use blis_engines::vllm::{
     Admission, BlockSpan, EngineRequest, FinishReason, FinishedRequest, KvCacheManager, KvEvent, Policy,
     Scheduler, SchedulerLimits, SchedulerOutput, Status, UpdateOutput,
 };
 use serde_json::{Value, json};
 
-const ENGINES: [&str; 2] = ["oracle-p", "oracle-d"];
+#[path = "support/nixl_worker.rs"]
+mod nixl_worker;
+
+use nixl_worker::{ENGINES, FakeNixlWorker, Knobs, Wires};
+
 const SIDES: [&str; 2] = ["P", "D"];
 
 struct Trace {
@@ -67,10 +71,6 @@ fn index(name: &str) -> u64 {
     name[1..].parse().unwrap()
 }
 
-fn engine_of(engine_id: &str) -> usize {
-    ENGINES.iter().position(|e| *e == engine_id).unwrap_or_else(|| panic!("unknown engine {engine_id}"))
-}
-
 /// FNV-1a 64 of the free queue's ids joined by commas, as the harness digests it.
 fn free_queue_digest(queue: &[u32]) -> String {
     let text = queue.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
@@ -80,125 +80,6 @@ fn free_queue_digest(queue: &[u32]) -> String {
         hash = hash.wrapping_mul(0x100_0000_01b3);
     }
     format!("{hash:016x}")
-}
-
-/// The harness's NIXL knobs (header `nixl`).
-struct Knobs {
-    read_steps: u32,
-    expiry_steps: Option<u64>,
-    fail_reads: BTreeMap<u64, usize>,
-}
-
-/// One read a D worker has started.
-struct Read {
-    key: u64,
-    polls_left: u32,
-    local_blocks: Vec<u32>,
-    remote_engine: usize,
-    remote_key: u64,
-}
-
-/// What the NIXL worker does that the scheduler can see, per executed batch (`start_load_kv`,
-/// then `get_finished`), with time in polls and global steps — the harness's `FakeNixlWorker`.
-#[derive(Default)]
-struct FakeNixlWorker {
-    to_process: BTreeSet<u64>,
-    /// Armed holds in arming order, each with the global step its hold expires at.
-    to_send: Vec<(u64, Option<u64>)>,
-    reads: Vec<Read>,
-    failed_once: BTreeSet<u64>,
-}
-
-/// State the two sides share: notification queues by engine, and P's hold expiries.
-struct Wires {
-    notifications: [Vec<u64>; 2],
-    expiry: BTreeMap<u64, u64>,
-    knobs: Knobs,
-}
-
-impl FakeNixlWorker {
-    fn execute(
-        &mut self,
-        engine: usize,
-        batch: &SchedulerOutput,
-        step: u64,
-        wires: &mut Wires,
-    ) -> Option<ConnectorOutput> {
-        let meta = batch.connector_meta.as_ref().and_then(|m| m.nixl()).expect("a NIXL step has metadata");
-        for recv in &meta.reqs_to_recv {
-            assert_eq!(recv.tp_size, 1);
-            let remote_engine = engine_of(&recv.remote_engine_id);
-            if recv.local_blocks.is_empty() {
-                wires.notifications[remote_engine].push(recv.remote_request_key);
-            } else {
-                self.reads.push(Read {
-                    key: recv.key,
-                    polls_left: wires.knobs.read_steps,
-                    local_blocks: recv.local_blocks.clone(),
-                    remote_engine,
-                    remote_key: recv.remote_request_key,
-                });
-            }
-        }
-        self.to_process.extend(meta.reqs_in_batch.iter().copied());
-        for key in &meta.reqs_not_processed {
-            self.to_process.remove(key);
-            assert!(!self.to_send.iter().any(|(k, _)| k == key));
-        }
-        let mut arming: Vec<u64> = meta.reqs_to_send.iter().map(|&(k, _)| k).collect();
-        arming.sort_unstable();
-        for key in arming {
-            if self.to_process.contains(&key) {
-                let expiry = wires.expiry.get(&key).copied();
-                match self.to_send.iter_mut().find(|(k, _)| *k == key) {
-                    Some(entry) => entry.1 = expiry,
-                    None => self.to_send.push((key, expiry)),
-                }
-            }
-        }
-        let mut sending = BTreeSet::new();
-        for key in std::mem::take(&mut wires.notifications[engine]) {
-            let armed = self.to_send.iter().position(|(k, _)| *k == key);
-            if armed.is_none() && !self.to_process.contains(&key) {
-                continue;
-            }
-            sending.insert(key);
-            self.to_process.remove(&key);
-            if let Some(i) = armed {
-                self.to_send.remove(i);
-            }
-        }
-        let mut recving = BTreeSet::new();
-        let mut invalid = BTreeSet::new();
-        for read in &mut self.reads {
-            read.polls_left -= 1;
-            if read.polls_left > 0 {
-                continue;
-            }
-            recving.insert(read.key);
-            if let Some(&k) = wires.knobs.fail_reads.get(&read.key)
-                && self.failed_once.insert(read.key)
-            {
-                invalid.insert(read.local_blocks[k]);
-            }
-            wires.notifications[read.remote_engine].push(read.remote_key);
-        }
-        self.reads.retain(|r| r.polls_left > 0);
-        while let Some(&(key, expiry)) = self.to_send.first() {
-            if expiry.is_none_or(|e| step < e) {
-                break;
-            }
-            self.to_process.remove(&key);
-            self.to_send.remove(0);
-            sending.insert(key);
-        }
-        let output = ConnectorOutput {
-            finished_sending: sending.into_iter().collect(),
-            finished_recving: recving.into_iter().collect(),
-            invalid_block_ids: invalid.into_iter().collect(),
-        };
-        (batch.total > 0 || !output.is_empty()).then_some(output)
-    }
 }
 
 /// One engine of the pair.
