@@ -512,6 +512,16 @@ fn replay(trace: &Trace) -> Result<usize, String> {
             }
         }
     }
+    // A trace of an upstream stall stops with requests still on D; every other trace ends with
+    // all of them finished on both sides.
+    let stall = header.get("stop_after_steps").is_some();
+    if sides[1].scheduler.has_unfinished() != stall || sides[0].scheduler.has_unfinished() {
+        return Err(format!(
+            "unfinished requests after the last step: port P {} D {}, vLLM P false D {stall}",
+            sides[0].scheduler.has_unfinished(),
+            sides[1].scheduler.has_unfinished()
+        ));
+    }
     Ok(trace.steps.len())
 }
 
@@ -535,5 +545,9 @@ fn every_recorded_step_of_vllm_0_15_1_with_nixl_on_both_sides_is_matched() {
         failures.join("\n")
     );
     assert!(steps > 2_000, "{steps} steps replayed");
+    assert!(
+        traces.iter().any(|t| t.header.get("stop_after_steps").is_some()),
+        "the upstream stall on D is among the traces"
+    );
     eprintln!("{} NIXL traces, {steps} steps, every step matched on both sides", traces.len());
 }

@@ -12,6 +12,8 @@ A workload is a dict:
                              then on (None: never, as 480 s never pass in these traces)
                 fail_reads   {request id: k}: when that request's read completes, D's
                              worker reports its k-th local block invalid (recompute)
+    stop_after_steps  optional: stop after this many global steps (an upstream stall;
+                the header records it and the run must still have unfinished requests)
     requests    list, request i gets id "r{i}":
         prompt        token ids (100 <= id < 20000)
         max_tokens    D's max_tokens (P always runs max_tokens=1, min_tokens=1)
@@ -294,6 +296,22 @@ def w_mixed_everything():
             "nixl": nixl(3, expiry_steps=30, fail_reads=fails), "modes": BOTH, "requests": reqs}
 
 
+def w_d_stall():
+    # Found by engines/tests/nixl_properties.rs: on a small decode instance with one sequence
+    # slot, requests parked for their reads (and ready ones not yet admitted) hold their whole
+    # prompts' blocks behind the queue's head, which cannot get enough blocks, or is admitted
+    # and preempts itself, forever.
+    def prompt(key, g, n):
+        return [(1000 * g + t + 100) if t < 40 else (15000 + 100 * key + t) for t in range(n)]
+    spec = [(9, 0, 56, 6), (9, 0, 5, 1), (3, 0, 37, 10), (1, 1, 26, 15), (36, 2, 26, 11)]
+    return {"name": "nixl-d-stall",
+            "description": "upstream stall on D: parked and ready requests hold their blocks behind a head that cannot get enough",
+            "config": cfg(block_size=4, num_gpu_blocks=25, max_num_batched_tokens=18, max_num_seqs=1,
+                          max_model_len=96, enable_prefix_caching=False),
+            "nixl": nixl(1, expiry_steps=6), "modes": BOTH, "stop_after_steps": 200,
+            "requests": [nreq(prompt(k, g, p), o, at) for k, (at, g, p, o) in enumerate(spec)]}
+
+
 WORKLOADS = [
     w_basic(),
     w_slow_reads(),
@@ -311,4 +329,5 @@ WORKLOADS = [
     w_idle_expiry(),
     w_tight_p(),
     w_mixed_everything(),
+    w_d_stall(),
 ]

@@ -387,7 +387,7 @@ class NixlTrace:
                          "arrival_step": s["arrival_step"], "abort_step": self.abort_step.get(i),
                          "abort_side": s["abort_side"] if i in self.abort_step else None,
                          "direct": s["direct"]})
-        return {
+        h = {
             "kind": "header", "vllm_version": R.VLLM_VERSION, "workload": self.w["name"],
             "description": self.w["description"], "mode": self.mode,
             "config": self.sides["P"].effective, "config_d": self.sides["D"].effective,
@@ -395,6 +395,9 @@ class NixlTrace:
                      "fail_reads": self.nixl["fail_reads"]},
             "requests": reqs,
         }
+        if "stop_after_steps" in self.w:
+            h["stop_after_steps"] = self.w["stop_after_steps"]
+        return h
 
     def run(self):
         P, D = self.sides["P"], self.sides["D"]
@@ -417,7 +420,10 @@ class NixlTrace:
         expected_p = sum(1 for s in self.specs if not s["direct"])
         p_added = 0
         step = 0
+        stop_after = self.w.get("stop_after_steps")
         while True:
+            if stop_after is not None and step == stop_after:
+                break
             assert step < R.MAX_STEPS
             rec = {"step": step, "P": None, "D": None}
             srec = {}
@@ -497,6 +503,9 @@ class NixlTrace:
             step += 1
         self.steps = step
         assert not relative, relative
+        if stop_after is not None:
+            assert D.sched.has_unfinished_requests(), "the workload finished before stop_after_steps"
+            return self.finish_lines(P, D)
         # checks
         assert p_added == expected_p
         for i, rid in enumerate(self.ids):
@@ -517,11 +526,14 @@ class NixlTrace:
         assert not D.sched.requests and not D.sched.running and len(D.sched.waiting) == 0
         assert D.num_free() == D.c["num_gpu_blocks"] - 1, D.num_free()
         assert not P.sched.running and len(P.sched.waiting) == 0
+        return self.finish_lines(P, D)
+
+    def finish_lines(self, P, D):
+        for sd in (P, D):
+            self.stats["preemptions"] += sd.stats["preemptions"]
         held_blocks = set()
         for rid in P.sched.requests:
             held_blocks.update(P.sched.kv_cache_manager.get_block_ids(rid)[0])
-        for sd in (P, D):
-            self.stats["preemptions"] += sd.stats["preemptions"]
         end = {"kind": "end", "P": P.side_end(), "D": D.side_end()}
         self.end_extra = {"held_blocks": len(held_blocks), "reads_in_flight": [r[0] for r in D.worker.reads],
                           "notifs_pending": list(self.notifs[ENGINE_P]),
