@@ -15,15 +15,18 @@ use std::sync::Arc;
 
 use blis_engines::vllm::connector::{Connector, KvTransferParams, NixlScheduler};
 use blis_engines::vllm::{
-    Admission, BlockSpan, EngineRequest, FinishReason, FinishedRequest, KvCacheManager, KvEvent, Policy,
-    Scheduler, SchedulerLimits, SchedulerOutput, Status, UpdateOutput,
+    EngineRequest, FinishedRequest, KvCacheManager, Policy, Scheduler, SchedulerLimits, SchedulerOutput,
+    Status, UpdateOutput,
 };
 use serde_json::{Value, json};
 
 #[path = "support/nixl_worker.rs"]
 mod nixl_worker;
+#[path = "support/step_json.rs"]
+mod step_json;
 
 use nixl_worker::{ENGINES, FakeNixlWorker, Knobs, Wires};
+use step_json::{expected_update, id, ids, index, reason};
 
 const SIDES: [&str; 2] = ["P", "D"];
 
@@ -57,29 +60,6 @@ fn traces() -> Vec<Trace> {
             Trace { name: path.file_stem().unwrap().to_string_lossy().into_owned(), header, steps, end }
         })
         .collect()
-}
-
-fn id(i: u64) -> String {
-    format!("r{i}")
-}
-
-fn ids(keys: &[u64]) -> Value {
-    json!(keys.iter().map(|&k| id(k)).collect::<Vec<_>>())
-}
-
-fn index(name: &str) -> u64 {
-    name[1..].parse().unwrap()
-}
-
-/// FNV-1a 64 of the free queue's ids joined by commas, as the harness digests it.
-fn free_queue_digest(queue: &[u32]) -> String {
-    let text = queue.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x100_0000_01b3);
-    }
-    format!("{hash:016x}")
 }
 
 /// One engine of the pair.
@@ -118,13 +98,6 @@ fn scheduler(c: &Value, engine: usize) -> Scheduler {
     let mut scheduler = Scheduler::with_connector(limits, kv, Some(connector));
     scheduler.set_record_kv_events(true);
     scheduler
-}
-
-fn reason(reason: FinishReason) -> &'static str {
-    match reason {
-        FinishReason::Length => "length",
-        FinishReason::Abort => "abort",
-    }
 }
 
 fn params_json(key: u64, p: &KvTransferParams) -> Value {
@@ -190,7 +163,6 @@ impl Side {
     }
 
     fn schedule_json(&self, out: &SchedulerOutput) -> Value {
-        let blocks = |b: &BlockSpan| json!(out.block_ids(*b));
         let meta = out.connector_meta.as_ref().and_then(|m| m.nixl()).expect("a NIXL step has metadata");
         let mut recvs: Vec<_> = meta.reqs_to_recv.iter().collect();
         recvs.sort_by_key(|r| r.key);
@@ -199,79 +171,26 @@ impl Side {
             keys.sort_unstable();
             ids(&keys)
         };
-        json!({
-            "scheduled": out.scheduled.iter().map(|s| json!([id(s.key), s.tokens])).collect::<Vec<_>>(),
-            "total": out.total,
-            "new": out.new.iter().map(|a| match a {
-                Admission::New { key, computed, blocks: b } => json!([id(*key), computed, blocks(b)]),
-                Admission::Cached { .. } => unreachable!(),
-            }).collect::<Vec<_>>(),
-            "cached": out.cached.iter().map(|a| match a {
-                Admission::Cached { key, resumed, computed, outputs, new_blocks } => json!([
-                    id(*key), u8::from(*resumed), computed, outputs,
-                    new_blocks.as_ref().map(blocks)
-                ]),
-                Admission::New { .. } => unreachable!(),
-            }).collect::<Vec<_>>(),
-            "preempted": ids(&out.preempted),
-            "finished_prev": ids(&out.finished_prev),
-            "common_prefix": out.common_prefix_blocks,
-            "running": ids(&self.scheduler.running_keys().collect::<Vec<_>>()),
-            "waiting": ids(&self.scheduler.waiting_keys().collect::<Vec<_>>()),
-            "free_blocks": self.scheduler.kv().pool().num_free(),
-            "free_q": free_queue_digest(&self.scheduler.kv().pool().free_queue()),
-            "recvs": recvs.iter().map(|r| json!([id(r.key), r.local_blocks, r.remote_block_ids])).collect::<Vec<_>>(),
-            "sends": sorted(&mut meta.reqs_to_send.iter().map(|&(k, _)| k)),
-            "in_batch": sorted(&mut meta.reqs_in_batch.iter().copied()),
-            "not_processed": sorted(&mut meta.reqs_not_processed.iter().copied()),
-        })
+        let mut got = step_json::schedule_json(&self.scheduler, out);
+        got["recvs"] = json!(
+            recvs.iter().map(|r| json!([id(r.key), r.local_blocks, r.remote_block_ids])).collect::<Vec<_>>()
+        );
+        got["sends"] = sorted(&mut meta.reqs_to_send.iter().map(|&(k, _)| k));
+        got["in_batch"] = sorted(&mut meta.reqs_in_batch.iter().copied());
+        got["not_processed"] = sorted(&mut meta.reqs_not_processed.iter().copied());
+        got
     }
 
     fn update_json(&mut self, of_step: u64, update: &UpdateOutput) -> Value {
-        let tokens: Vec<Value> = update
-            .tokens
-            .iter()
-            .map(|&(key, token)| {
-                let i = key as usize;
-                let value = token.unwrap_or(20_000 + 1_000 * i as u32 + self.delivered[i]);
-                if token.is_some() {
-                    self.delivered[i] += 1;
-                }
-                json!([id(key), value])
-            })
-            .collect();
-        let s = &update.stats;
-        let p = &s.prefix_cache;
-        let c = &s.connector_prefix_cache;
-        let events: Vec<Value> = update
-            .kv_events
-            .iter()
-            .map(|e| match e {
-                KvEvent::BlockStored { request: _, first_block, hashes, parent, tokens: _ } => json!([
-                    "S",
-                    first_block,
-                    hashes.len,
-                    update.kv_events.hashes(*hashes).iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>(),
-                    parent.map(|h| format!("{h:016x}"))
-                ]),
-                KvEvent::BlockRemoved { hash } => json!(["R", [format!("{hash:016x}")]]),
-            })
-            .collect();
-        json!({
-            "of_step": of_step,
-            "tokens": tokens,
-            "finished": update.finished.iter().map(|f| json!([id(f.key), reason(f.reason)])).collect::<Vec<_>>(),
-            "stats": [s.num_running, s.num_waiting, s.kv_cache_usage, p.requests, p.queries, p.hits,
-                      p.preempted_requests, p.preempted_queries, p.preempted_hits],
-            "free_blocks": self.scheduler.kv().pool().num_free(),
-            "free_q": free_queue_digest(&self.scheduler.kv().pool().free_queue()),
-            "kv_events": events,
-            "connector_pc": [c.requests, c.queries, c.hits, c.preempted_requests, c.preempted_queries, c.preempted_hits],
-            "cached_tokens": update.finished.iter().map(|f| json!([id(f.key), f.num_cached_tokens])).collect::<Vec<_>>(),
-            "params": update.finished.iter()
+        let mut got = step_json::update_json(&self.scheduler, &mut self.delivered, of_step, update);
+        got["params"] = json!(
+            update
+                .finished
+                .iter()
                 .filter_map(|f| f.kv_transfer.as_ref().map(|p| params_json(f.key, p)))
-                .collect::<Vec<_>>(),
-        })
+                .collect::<Vec<_>>()
+        );
+        got
     }
 
     /// One engine step at global `step` (EngineCore.step, or step_with_batch_queue when
@@ -375,21 +294,6 @@ impl Side {
         held.sort_unstable();
         json!({"requests": requests, "held": ids(&held), "free_blocks": self.scheduler.kv().pool().num_free()})
     }
-}
-
-/// The trace's update object, with the request id dropped from BlockStored events (with
-/// identical content in several requests the harness names the first it saw; equal hashes
-/// already pin the tokens).
-fn expected_update(update: &Value) -> Value {
-    let mut update = update.clone();
-    if let Some(events) = update["kv_events"].as_array_mut() {
-        for event in events {
-            if event[0] == "S" {
-                event.as_array_mut().unwrap().remove(1);
-            }
-        }
-    }
-    update
 }
 
 fn replay(trace: &Trace) -> Result<usize, String> {

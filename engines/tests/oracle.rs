@@ -11,10 +11,14 @@ use blis_engines::vllm::connector::{
     Connector, ConnectorOutput, Direction, Job, OffloadWorker, OffloadingScheduler, TransferSpec,
 };
 use blis_engines::vllm::{
-    Admission, BlockSpan, EngineRequest, KvCacheManager, KvEvent, Policy, Scheduler, SchedulerLimits,
-    SchedulerOutput, Status, UpdateOutput,
+    EngineRequest, KvCacheManager, Policy, Scheduler, SchedulerLimits, SchedulerOutput, Status, UpdateOutput,
 };
 use serde_json::{Value, json};
+
+#[path = "support/step_json.rs"]
+mod step_json;
+
+use step_json::{expected_update, id};
 
 struct Trace {
     name: String,
@@ -45,25 +49,6 @@ fn traces() -> Vec<Trace> {
             Trace { name: path.file_stem().unwrap().to_string_lossy().into_owned(), header, steps, end }
         })
         .collect()
-}
-
-fn id(i: u64) -> String {
-    format!("r{i}")
-}
-
-fn index(name: &Value) -> u64 {
-    name.as_str().unwrap()[1..].parse().unwrap()
-}
-
-/// FNV-1a 64 of the free queue's ids joined by commas, as the harness digests it.
-fn free_queue_digest(queue: &[u32]) -> String {
-    let text = queue.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x100_0000_01b3);
-    }
-    format!("{hash:016x}")
 }
 
 /// The worker side of an offloading trace: vLLM's worker bookkeeping (ported) over the
@@ -206,7 +191,7 @@ impl Replay {
                 .as_object()
                 .unwrap()
                 .iter()
-                .map(|(r, k)| (index(&json!(r)), k.as_u64().unwrap() as usize))
+                .map(|(r, k)| (step_json::index(r), k.as_u64().unwrap() as usize))
                 .collect(),
             failed_once: Vec::new(),
         });
@@ -244,104 +229,21 @@ impl Replay {
         self.added[i] = true;
     }
 
-    fn schedule_json(&self, out: &SchedulerOutput) -> Value {
-        let blocks = |b: &BlockSpan| json!(out.block_ids(*b));
-        json!({
-            "scheduled": out.scheduled.iter().map(|s| json!([id(s.key), s.tokens])).collect::<Vec<_>>(),
-            "total": out.total,
-            "new": out.new.iter().map(|a| match a {
-                Admission::New { key, computed, blocks: b } => json!([id(*key), computed, blocks(b)]),
-                Admission::Cached { .. } => unreachable!(),
-            }).collect::<Vec<_>>(),
-            "cached": out.cached.iter().map(|a| match a {
-                Admission::Cached { key, resumed, computed, outputs, new_blocks } => json!([
-                    id(*key), u8::from(*resumed), computed, outputs,
-                    new_blocks.as_ref().map(blocks)
-                ]),
-                Admission::New { .. } => unreachable!(),
-            }).collect::<Vec<_>>(),
-            "preempted": out.preempted.iter().map(|k| id(*k)).collect::<Vec<_>>(),
-            "finished_prev": out.finished_prev.iter().map(|k| id(*k)).collect::<Vec<_>>(),
-            "common_prefix": out.common_prefix_blocks,
-            "running": self.scheduler.running_keys().map(id).collect::<Vec<_>>(),
-            "waiting": self.scheduler.waiting_keys().map(id).collect::<Vec<_>>(),
-            "free_blocks": self.scheduler.kv().pool().num_free(),
-            "free_q": free_queue_digest(&self.scheduler.kv().pool().free_queue()),
-        })
-    }
-
     fn update_json(&mut self, of_step: u64, update: &UpdateOutput) -> Value {
-        let tokens: Vec<Value> = update
-            .tokens
-            .iter()
-            .map(|&(key, token)| {
-                let i = key as usize;
-                let value = token.unwrap_or(20_000 + 1_000 * i as u32 + self.delivered[i]);
-                if token.is_some() {
-                    self.delivered[i] += 1;
-                }
-                json!([id(key), value])
-            })
-            .collect();
-        let s = &update.stats;
-        let p = &s.prefix_cache;
-        let c = &s.connector_prefix_cache;
-        let connector_pc = json!([
-            c.requests,
-            c.queries,
-            c.hits,
-            c.preempted_requests,
-            c.preempted_queries,
-            c.preempted_hits
-        ]);
-        let events: Vec<Value> = update
-            .kv_events
-            .iter()
-            .map(|e| match e {
-                KvEvent::BlockStored { request: _, first_block, hashes, parent, tokens: _ } => json!([
-                    "S",
-                    first_block,
-                    hashes.len,
-                    update.kv_events.hashes(*hashes).iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>(),
-                    parent.map(|h| format!("{h:016x}"))
-                ]),
-                KvEvent::BlockRemoved { hash } => json!(["R", [format!("{hash:016x}")]]),
-            })
-            .collect();
-        json!({
-            "of_step": of_step,
-            "tokens": tokens,
-            "finished": update.finished.iter().map(|f| json!([id(f.key), "length"])).collect::<Vec<_>>(),
-            "stats": [s.num_running, s.num_waiting, s.kv_cache_usage, p.requests, p.queries, p.hits,
-                      p.preempted_requests, p.preempted_queries, p.preempted_hits],
-            "free_blocks": self.scheduler.kv().pool().num_free(),
-            "free_q": free_queue_digest(&self.scheduler.kv().pool().free_queue()),
-            "kv_events": events,
-            "cpu_events": update.connector_events.iter().map(|e| {
-                let mut hashes: Vec<String> = e.hashes.iter().map(|h| format!("{h:016x}")).collect();
-                hashes.sort();
-                json!([if e.stored { "S" } else { "R" }, hashes])
-            }).collect::<Vec<_>>(),
-            "connector_pc": connector_pc,
-            "cached_tokens": update.finished.iter().map(|f| json!([id(f.key), f.num_cached_tokens])).collect::<Vec<_>>(),
-        })
+        let mut got = step_json::update_json(&self.scheduler, &mut self.delivered, of_step, update);
+        got["cpu_events"] = json!(
+            update
+                .connector_events
+                .iter()
+                .map(|e| {
+                    let mut hashes: Vec<String> = e.hashes.iter().map(|h| format!("{h:016x}")).collect();
+                    hashes.sort();
+                    json!([if e.stored { "S" } else { "R" }, hashes])
+                })
+                .collect::<Vec<_>>()
+        );
+        got
     }
-}
-
-/// The trace's update object, with the request id dropped from BlockStored events (with
-/// identical content in several requests the harness names the first it saw; equal hashes
-/// already pin the tokens).
-fn expected_update(update: &Value) -> Value {
-    let mut update = update.clone();
-    if let Some(events) = update["kv_events"].as_array_mut() {
-        for event in events {
-            if event[0] == "S" {
-                let a = event.as_array_mut().unwrap();
-                a.remove(1);
-            }
-        }
-    }
-    update
 }
 
 fn replay(trace: &Trace) -> Result<usize, String> {
@@ -369,7 +271,7 @@ fn replay(trace: &Trace) -> Result<usize, String> {
             let due = match (req["arrival_step"].as_u64(), req["after"].as_str()) {
                 (Some(s), _) => s == step,
                 (None, Some(parent)) => {
-                    r.finished_at[index(&json!(parent)) as usize].is_some_and(|f| f + 1 == step)
+                    r.finished_at[step_json::index(parent) as usize].is_some_and(|f| f + 1 == step)
                 }
                 _ => false,
             };
@@ -408,7 +310,7 @@ fn replay(trace: &Trace) -> Result<usize, String> {
         if r.scheduler.has_requests() {
             let mut out = SchedulerOutput::default();
             r.scheduler.schedule(&mut out);
-            let got = r.schedule_json(&out);
+            let got = step_json::schedule_json(&r.scheduler, &out);
             for field in fields {
                 if got[field] != line[field] {
                     return Err(format!("step {step}: {field}: port {} vs vLLM {}", got[field], line[field]));
