@@ -27,25 +27,16 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
-import torch  # noqa: E402
-from vllm.config import (  # noqa: E402
-    CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig,
-)
+from vllm.config import KVTransferConfig  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector import (  # noqa: E402
     NixlConnector, NixlConnectorMetadata,
 )
 from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
-from vllm.v1.core import kv_cache_utils  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 import nixl_workloads as NW  # noqa: E402
+import record_offload as RO  # noqa: E402
 
 ENGINE_P = "oracle-p"
 ENGINE_D = "oracle-d"
@@ -55,70 +46,21 @@ SCHED_KEYS = ("scheduled", "total", "new", "cached", "preempted", "finished_prev
               "recvs", "sends", "in_batch", "not_processed", "xfer")
 
 
-def page_size_bytes(c):
-    return 2 * c["block_size"] * R.TINY_LLAMA["num_key_value_heads"] * R.HEAD_SIZE * 2
-
-
 def build_nixl_scheduler(c, mode, engine_id):
-    model_config = ModelConfig(model=R.model_dir(), dtype="float16", skip_tokenizer_init=True,
-                               max_model_len=c["max_model_len"])
-    scheduler_config = SchedulerConfig(
-        max_num_seqs=c["max_num_seqs"], max_num_batched_tokens=c["max_num_batched_tokens"],
-        max_model_len=c["max_model_len"], enable_chunked_prefill=c["enable_chunked_prefill"],
-        long_prefill_token_threshold=c["long_prefill_token_threshold"],
-        max_num_partial_prefills=c["max_num_partial_prefills"], policy=c["policy"],
-        async_scheduling=(mode == "async"), is_encoder_decoder=False)
-    cache_config = CacheConfig(block_size=c["block_size"], enable_prefix_caching=c["enable_prefix_caching"],
-                               prefix_caching_hash_algo=c["prefix_caching_hash_algo"], swap_space=0,
-                               cache_dtype="auto")
     kv_transfer_config = KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_both", engine_id=engine_id)
-    vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
-                             cache_config=cache_config,
-                             kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"),
-                             kv_transfer_config=kv_transfer_config, device_config=DeviceConfig(device="cpu"))
-    vllm_config.kv_events_config.publisher = R._PUBLISHER_NAME
+    sched, hasher, vllm_config, _kv_cache_config, effective = RO.build_connector_scheduler(
+        c, mode, kv_transfer_config)
     assert vllm_config.kv_transfer_config.kv_load_failure_policy == "recompute"
-    layers = ["model.layers.%d.self_attn.attn" % i for i in range(R.NUM_LAYERS)]
-    kv_cache_config = KVCacheConfig(
-        num_blocks=c["num_gpu_blocks"],
-        kv_cache_tensors=[KVCacheTensor(size=page_size_bytes(c) * c["num_gpu_blocks"], shared_by=[name])
-                          for name in layers],
-        kv_cache_groups=[KVCacheGroupSpec(layers, FullAttentionSpec(
-            block_size=c["block_size"], num_kv_heads=R.TINY_LLAMA["num_key_value_heads"],
-            head_size=R.HEAD_SIZE, dtype=torch.float16))])
-    vllm_config.cache_config.num_gpu_blocks = c["num_gpu_blocks"]
-    cls = AsyncScheduler if mode == "async" else Scheduler
-    assert vllm_config.scheduler_config.get_scheduler_cls() is cls
-    sched = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                structured_output_manager=StructuredOutputManager(vllm_config),
-                block_size=c["block_size"], log_stats=True)
     assert isinstance(sched.connector, NixlConnector)
     cs = sched.connector.connector_scheduler
     assert cs is not None and cs.engine_id == engine_id and not cs.use_host_buffer
-    # EngineCore gives every request a block hasher when a connector exists.
-    hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
-    init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(c["block_size"], hash_fn)
-    effective = {
-        "block_size": c["block_size"], "num_gpu_blocks": c["num_gpu_blocks"],
-        "usable_blocks": c["num_gpu_blocks"] - 1, "max_num_seqs": scheduler_config.max_num_seqs,
-        "max_num_batched_tokens": scheduler_config.max_num_batched_tokens,
-        "max_model_len": vllm_config.model_config.max_model_len,
-        "enable_chunked_prefill": scheduler_config.enable_chunked_prefill,
-        "long_prefill_token_threshold": scheduler_config.long_prefill_token_threshold,
-        "max_num_partial_prefills": scheduler_config.max_num_partial_prefills,
-        "enable_prefix_caching": vllm_config.cache_config.enable_prefix_caching,
-        "policy": scheduler_config.policy,
-        "prefix_caching_hash_algo": vllm_config.cache_config.prefix_caching_hash_algo,
-        "none_hash": kv_cache_utils.NONE_HASH.hex(),
-        "async_scheduling": mode == "async", "scheduler_class": cls.__name__,
-        "batch_queue_size": R.BATCH_QUEUE_SIZE if mode == "async" else 1,
+    effective.update({
         "kv_connector": "NixlConnector", "kv_role": "kv_both",
         "disable_hybrid_kv_cache_manager": vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
         "enable_kv_cache_events": True,
         "kv_event_hashes": "GPU: int low 64 bits; 16 hex digits",
         "engine_id": engine_id,
-    }
+    })
     return sched, hasher, effective
 
 

@@ -81,7 +81,10 @@ def page_size_bytes(c):
     return 2 * c["block_size"] * R.TINY_LLAMA["num_key_value_heads"] * R.HEAD_SIZE * 2
 
 
-def build_offload_scheduler(c, o, mode):
+def build_connector_scheduler(c, mode, kv_transfer_config):
+    """A Scheduler (sync) or AsyncScheduler (async) for config `c` with `kv_transfer_config`,
+    the block hasher EngineCore gives every request when a connector exists, and the header's
+    effective config (the keys both connectors' traces share, in their order)."""
     model_config = ModelConfig(model=R.model_dir(), dtype="float16", skip_tokenizer_init=True,
                                max_model_len=c["max_model_len"])
     scheduler_config = SchedulerConfig(
@@ -93,12 +96,6 @@ def build_offload_scheduler(c, o, mode):
     cache_config = CacheConfig(block_size=c["block_size"], enable_prefix_caching=c["enable_prefix_caching"],
                                prefix_caching_hash_algo=c["prefix_caching_hash_algo"], swap_space=0,
                                cache_dtype="auto")
-    factor = o["block_size"] // c["block_size"]
-    per_offloaded_block = page_size_bytes(c) * R.NUM_LAYERS * 1 * factor
-    kv_transfer_config = KVTransferConfig(
-        kv_connector="OffloadingConnector", kv_role="kv_both", engine_id=ENGINE_ID,
-        kv_connector_extra_config={"cpu_bytes_to_use": o["cpu_blocks"] * per_offloaded_block,
-                                   "block_size": o["block_size"], "eviction_policy": "lru"})
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config,
                              kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"),
@@ -116,15 +113,11 @@ def build_offload_scheduler(c, o, mode):
     cls = AsyncScheduler if mode == "async" else Scheduler
     assert vllm_config.scheduler_config.get_scheduler_cls() is cls
     sched = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                      structured_output_manager=StructuredOutputManager(vllm_config),
-                      block_size=c["block_size"], log_stats=True)
-    assert isinstance(sched.connector, OffloadingConnector)
-    assert sched.connector.connector_scheduler.manager.backend.num_blocks == o["cpu_blocks"]
-    # EngineCore gives every request a block hasher when a connector exists.
+                structured_output_manager=StructuredOutputManager(vllm_config),
+                block_size=c["block_size"], log_stats=True)
     hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
     hasher = get_request_block_hasher(c["block_size"], hash_fn)
-    worker = OffloadingConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     effective = {
         "block_size": c["block_size"], "num_gpu_blocks": c["num_gpu_blocks"],
         "usable_blocks": c["num_gpu_blocks"] - 1, "max_num_seqs": scheduler_config.max_num_seqs,
@@ -139,6 +132,22 @@ def build_offload_scheduler(c, o, mode):
         "none_hash": kv_cache_utils.NONE_HASH.hex(),
         "async_scheduling": mode == "async", "scheduler_class": cls.__name__,
         "batch_queue_size": R.BATCH_QUEUE_SIZE if mode == "async" else 1,
+    }
+    return sched, hasher, vllm_config, kv_cache_config, effective
+
+
+def build_offload_scheduler(c, o, mode):
+    factor = o["block_size"] // c["block_size"]
+    per_offloaded_block = page_size_bytes(c) * R.NUM_LAYERS * 1 * factor
+    kv_transfer_config = KVTransferConfig(
+        kv_connector="OffloadingConnector", kv_role="kv_both", engine_id=ENGINE_ID,
+        kv_connector_extra_config={"cpu_bytes_to_use": o["cpu_blocks"] * per_offloaded_block,
+                                   "block_size": o["block_size"], "eviction_policy": "lru"})
+    sched, hasher, vllm_config, kv_cache_config, effective = build_connector_scheduler(c, mode, kv_transfer_config)
+    assert isinstance(sched.connector, OffloadingConnector)
+    assert sched.connector.connector_scheduler.manager.backend.num_blocks == o["cpu_blocks"]
+    worker = OffloadingConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    effective.update({
         "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
         "kv_connector_extra_config": kv_transfer_config.kv_connector_extra_config,
         "cpu_blocks": o["cpu_blocks"], "offloaded_block_size": o["block_size"],
@@ -146,7 +155,7 @@ def build_offload_scheduler(c, o, mode):
         "disable_hybrid_kv_cache_manager": vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
         "enable_kv_cache_events": True,
         "kv_event_hashes": "GPU: int low 64 bits; CPU: the raw 32-byte hash's last 8 bytes; 16 hex digits",
-    }
+    })
     return sched, hasher, worker, effective
 
 
