@@ -204,7 +204,9 @@ class Recorder:
     def alloc(self, count):
         slots = self.cache.alloc.alloc(count)
         assert slots is not None, "workloads evict before they allocate"
-        return [int(s) for s in slots.tolist()]
+        slots = [int(s) for s in slots.tolist()]
+        self.after({"op": "alloc", "slots": slots})
+        return slots
 
     def insert(self, tokens, value, prev_prefix_len, priority):
         r = self.cache.tree.insert(
@@ -329,6 +331,9 @@ def workloads():
     add("priority-tight", page_size=1, pool=90, policy="priority", priorities=[0, 1, 2, 9])
     add("lru-one-prefix", page_size=1, pool=100, prefixes=1, max_prefix=40)
     add("page4-lfu", page_size=4, pool=120, prefixes=2, policy="lfu")
+    add("slru-tight", page_size=1, pool=90, policy="slru", vocab=3)
+    add("fifo-splits", page_size=1, pool=70, policy="fifo", vocab=2, evict=0.3, max_evict=12, requests=120)
+    add("filo-splits", page_size=1, pool=70, policy="filo", vocab=2, evict=0.3, max_evict=12, requests=120)
     return out
 
 
