@@ -208,12 +208,13 @@ class Recorder:
         self.after({"op": "alloc", "slots": slots})
         return slots
 
-    def insert(self, tokens, value, prev_prefix_len, priority):
+    def insert(self, tokens, value, prev_prefix_len, priority, inserted_len=0):
         r = self.cache.tree.insert(
             InsertParams(
                 key=key(tokens),
                 value=torch.tensor(value, dtype=torch.int64),
                 prev_prefix_len=prev_prefix_len,
+                inserted_len=inserted_len,
                 priority=priority,
             )
         )
@@ -222,6 +223,7 @@ class Recorder:
             "tokens": tokens,
             "value": value,
             "prev_prefix_len": prev_prefix_len,
+            "inserted_len": inserted_len,
             "priority": priority,
             "prefix_len": int(r.prefix_len),
             "freed": self.cache.take_freed(),
@@ -262,7 +264,13 @@ def run_workload(spec, backend, with_tree):
         if live and (action < spec.get("finish", 0.35) or len(live) >= spec["max_live"]):
             handle, tokens, value, protected = live.pop(rng.randrange(len(live)))
             aligned = len(tokens) // page * page
-            r = rec.insert(tokens, value[:aligned], protected, rng.choice(spec.get("priorities", [0])))
+            priority = rng.choice(spec.get("priorities", [0]))
+            r = rec.insert(tokens, value[:aligned], protected, priority)
+            # checkpoint_into_tree: the prompt is inserted again (as already owned and inserted,
+            # one priority higher), which splits the leaf at the prompt boundary.
+            prompt = len(tokens[: rng.randrange(1, len(tokens) + 1)]) // page * page
+            if 0 < prompt < aligned:
+                rec.insert(tokens[:prompt], value[:prompt], prompt, priority + 1, inserted_len=prompt)
             rec.free(value[aligned:])
             rec.unlock(handle)
             new_handle = f"h{next_handle}"
