@@ -1,10 +1,17 @@
 //! Decision-level tests of the SGLang radix cache's subtle rules, each expected outcome written
 //! out (SGLang 0.5.23, `unified_tree_core.py` and `components/full.py`).
 
-use blis_engines::sglang::radix_cache::{EvictionPolicy, Insert, ROOT, RadixCache, RadixCacheError};
+use blis_engines::sglang::radix_cache::{
+    EvictionPolicy, Insert, Inserter, ROOT, RadixCache, RadixCacheError,
+};
 
 fn cache(page_size: u32) -> RadixCache {
     RadixCache::new(page_size, EvictionPolicy::Lru).expect("a valid page size")
+}
+
+/// A request owning the first `prev_prefix_len` tokens in the tree, inserting for the first time.
+fn owning(prev_prefix_len: usize) -> Inserter {
+    Inserter { prev_prefix_len, inserted_len: 0, priority: 0 }
 }
 
 fn tree(cache: &RadixCache) -> Vec<(Vec<u32>, Vec<u32>, u32)> {
@@ -19,8 +26,7 @@ fn keys_are_cut_to_whole_pages_on_insert_and_match() {
     let inserted = c.insert(
         &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
         &[11, 12, 13, 14, 15, 16, 17, 18, 19, 20],
-        0,
-        0,
+        owning(0),
         &mut freed,
     );
     assert_eq!(inserted.prefix_len, 0);
@@ -40,7 +46,7 @@ fn keys_are_cut_to_whole_pages_on_insert_and_match() {
 fn a_match_ending_inside_a_node_splits_it_and_the_upper_part_is_newest() {
     let mut c = cache(1);
     let mut freed = Vec::new();
-    c.insert(&[1, 2, 3, 4], &[10, 11, 12, 13], 0, 0, &mut freed);
+    c.insert(&[1, 2, 3, 4], &[10, 11, 12, 13], owning(0), &mut freed);
     let found = c.match_prefix(&[1, 2, 9]);
     assert_eq!(found.prefix_len, 2);
     let nodes = c.depth_first();
@@ -62,13 +68,13 @@ fn an_insert_hands_back_duplicates_beyond_the_requests_own_prefix() {
     // Request A inserts [1 2 3 4]; request B matched nothing (prev 0) while computing the same
     // first three tokens in its own slots, then inserts [1 2 3 7]: its slots for 1 2 3 are
     // duplicates and come back; 7 becomes a leaf under the split.
-    c.insert(&[1, 2, 3, 4], &[10, 11, 12, 13], 0, 0, &mut freed);
-    let b = c.insert(&[1, 2, 3, 7], &[20, 21, 22, 23], 0, 0, &mut freed);
+    c.insert(&[1, 2, 3, 4], &[10, 11, 12, 13], owning(0), &mut freed);
+    let b = c.insert(&[1, 2, 3, 7], &[20, 21, 22, 23], owning(0), &mut freed);
     assert_eq!(b.prefix_len, 3);
     assert_eq!(freed, vec![20, 21, 22]);
     // Request C matched [1 2] (prev 2): only its slot for 3 is a duplicate.
     freed.clear();
-    c.insert(&[1, 2, 3, 8], &[10, 11, 32, 33], 2, 0, &mut freed);
+    c.insert(&[1, 2, 3, 8], &[10, 11, 32, 33], owning(2), &mut freed);
     assert_eq!(freed, vec![32]);
     assert_eq!(
         tree(&c),
@@ -86,8 +92,8 @@ fn an_insert_hands_back_duplicates_beyond_the_requests_own_prefix() {
 fn a_lock_protects_the_whole_path_and_only_the_first_holder_moves_sizes() {
     let mut c = cache(1);
     let mut freed = Vec::new();
-    c.insert(&[1, 2, 3, 4], &[10, 11, 12, 13], 0, 0, &mut freed);
-    let Insert { node: leaf, .. } = c.insert(&[1, 2, 5], &[10, 11, 14], 2, 0, &mut freed);
+    c.insert(&[1, 2, 3, 4], &[10, 11, 12, 13], owning(0), &mut freed);
+    let Insert { node: leaf, .. } = c.insert(&[1, 2, 5], &[10, 11, 14], owning(2), &mut freed);
     assert_eq!((c.evictable_size(), c.protected_size()), (5, 0));
     assert_eq!(c.lock(leaf), 3, "[1 2] and [5] become protected");
     assert_eq!(c.lock(leaf), 0, "a second holder moves nothing");
@@ -112,9 +118,9 @@ fn eviction_takes_whole_leaves_least_recent_first_and_a_parent_only_after_its_ch
     let mut freed = Vec::new();
     // A finished request leaves its prompt [1 2 3] with its output [4 5] as a child; an older
     // branch [7 8] was inserted first.
-    c.insert(&[7, 8], &[30, 31], 0, 0, &mut freed);
-    c.insert(&[1, 2, 3], &[10, 11, 12], 0, 0, &mut freed);
-    c.insert(&[1, 2, 3, 4, 5], &[10, 11, 12, 13, 14], 3, 0, &mut freed);
+    c.insert(&[7, 8], &[30, 31], owning(0), &mut freed);
+    c.insert(&[1, 2, 3], &[10, 11, 12], owning(0), &mut freed);
+    c.insert(&[1, 2, 3, 4, 5], &[10, 11, 12, 13, 14], owning(3), &mut freed);
     assert!(freed.is_empty());
     let mut evicted = Vec::new();
     // One token asked: the least recent leaf [7 8] goes whole (overshooting to 2).
@@ -131,8 +137,8 @@ fn eviction_takes_whole_leaves_least_recent_first_and_a_parent_only_after_its_ch
 fn a_match_refreshes_recency_so_the_other_branch_goes_first() {
     let mut c = cache(1);
     let mut freed = Vec::new();
-    c.insert(&[1, 1], &[10, 11], 0, 0, &mut freed);
-    c.insert(&[2, 2], &[20, 21], 0, 0, &mut freed);
+    c.insert(&[1, 1], &[10, 11], owning(0), &mut freed);
+    c.insert(&[2, 2], &[20, 21], owning(0), &mut freed);
     c.match_prefix(&[1, 1]);
     let mut evicted = Vec::new();
     c.evict(1, &mut evicted);
@@ -143,10 +149,10 @@ fn a_match_refreshes_recency_so_the_other_branch_goes_first() {
 fn lfu_evicts_the_least_hit_leaf_even_if_it_is_newer() {
     let mut c = RadixCache::new(1, EvictionPolicy::Lfu).expect("valid");
     let mut freed = Vec::new();
-    c.insert(&[1, 1], &[10, 11], 0, 0, &mut freed);
+    c.insert(&[1, 1], &[10, 11], owning(0), &mut freed);
     // A second insert through [1 1] counts a hit on it (two in all), none on [2 2] (one).
-    c.insert(&[1, 1], &[10, 11], 2, 0, &mut freed);
-    c.insert(&[2, 2], &[20, 21], 0, 0, &mut freed);
+    c.insert(&[1, 1], &[10, 11], owning(2), &mut freed);
+    c.insert(&[2, 2], &[20, 21], owning(0), &mut freed);
     let hits: Vec<u64> = c.depth_first().iter().map(|n| n.hit_count).collect();
     assert_eq!(hits, vec![2, 1]);
     let mut evicted = Vec::new();
@@ -163,4 +169,25 @@ fn bad_page_sizes_and_unknown_policies_are_refused_by_name() {
         refused.to_string(),
         "radix eviction policy \"tlru\" is not modelled (lru, lfu, slru, fifo, mru, filo, priority are)"
     );
+}
+
+#[test]
+fn a_finished_request_splits_its_leaf_at_the_prompt_so_outputs_are_evicted_first() {
+    // checkpoint_into_tree: insert prompt + outputs, then the prompt again with
+    // prev_prefix_len = inserted_len = its length and priority + 1.
+    let mut c = cache(1);
+    let mut freed = Vec::new();
+    c.insert(&[1, 2, 3, 4, 5], &[10, 11, 12, 13, 14], owning(0), &mut freed);
+    let prompt = Inserter { prev_prefix_len: 3, inserted_len: 3, priority: 1 };
+    let again = c.insert(&[1, 2, 3], &[10, 11, 12], prompt, &mut freed);
+    assert_eq!(again.prefix_len, 3);
+    assert!(freed.is_empty(), "the request's own prefix is not a duplicate");
+    let nodes: Vec<(&[u32], u64, i64)> =
+        c.depth_first().iter().map(|n| (n.key, n.hit_count, n.priority)).collect();
+    // The split keeps the first insert's single hit on both parts (no second hit for tokens the
+    // request inserted before); only the prompt part takes the higher priority.
+    assert_eq!(nodes, vec![(&[1, 2, 3][..], 1, 1), (&[4, 5][..], 1, 0)]);
+    let mut evicted = Vec::new();
+    assert_eq!(c.evict(1, &mut evicted), 2);
+    assert_eq!(evicted, vec![13, 14]);
 }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use blis_engines::sglang::radix_cache::{EvictionPolicy, NodeId, ROOT, RadixCache};
+use blis_engines::sglang::radix_cache::{EvictionPolicy, Inserter, NodeId, ROOT, RadixCache};
 use serde_json::{Value, json};
 
 fn traces() -> Vec<PathBuf> {
@@ -136,13 +136,20 @@ fn replay(path: &Path) -> Result<usize, String> {
                 let key = tokens(&expected["tokens"]);
                 let value = tokens(&expected["value"]);
                 let prev = expected["prev_prefix_len"].as_u64().expect("prev_prefix_len") as usize;
+                let inserted_len = expected["inserted_len"].as_u64().expect("inserted_len") as usize;
                 let priority = expected["priority"].as_i64().expect("priority");
                 let mut freed = Vec::new();
-                let inserted = cache.insert(&key, &value, prev, priority, &mut freed);
+                let inserted = cache.insert(
+                    &key,
+                    &value,
+                    Inserter { prev_prefix_len: prev, inserted_len, priority },
+                    &mut freed,
+                );
                 slots.give_back(&freed);
                 got.insert("tokens".into(), json!(key));
                 got.insert("value".into(), json!(value));
                 got.insert("prev_prefix_len".into(), json!(prev));
+                got.insert("inserted_len".into(), json!(inserted_len));
                 got.insert("priority".into(), json!(priority));
                 got.insert("prefix_len".into(), json!(inserted.prefix_len));
                 got.insert("freed".into(), json!(freed));

@@ -102,6 +102,17 @@ pub struct Insert {
     pub node: NodeId,
 }
 
+/// Who inserts: what of the key the request already owns in the tree and already inserted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inserter {
+    /// The request's tree-owned prefix (`cache_protected_len`): its slots there are the tree's.
+    pub prev_prefix_len: usize,
+    /// Tokens the request inserted before (`cache_inserted_len`): no second hit for them.
+    pub inserted_len: usize,
+    /// The request's priority; nodes on the path keep the highest.
+    pub priority: i64,
+}
+
 /// One node as seen from outside: for traces, timelines and tests.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeView<'a> {
@@ -303,16 +314,11 @@ impl RadixCache {
     }
 
     /// Insert `tokens` (cut to whole pages) held in `slots`: the caller's slots for tokens the
-    /// tree already holds beyond `prev_prefix_len` (its own tree-owned prefix) are pushed to
-    /// `freed`, and the rest becomes a new leaf owned by the tree.
-    pub fn insert(
-        &mut self,
-        tokens: &[u32],
-        slots: &[u32],
-        prev_prefix_len: usize,
-        priority: i64,
-        freed: &mut Vec<u32>,
-    ) -> Insert {
+    /// tree already holds beyond `owner.prev_prefix_len` (its own tree-owned prefix) are pushed
+    /// to `freed`, and the rest becomes a new leaf owned by the tree. Nodes ending beyond
+    /// `owner.inserted_len` (what the request inserted before) count a hit.
+    pub fn insert(&mut self, tokens: &[u32], slots: &[u32], owner: Inserter, freed: &mut Vec<u32>) -> Insert {
+        let Inserter { prev_prefix_len, inserted_len, priority } = owner;
         let key = self.aligned(tokens);
         let slots = &slots[..key.len().min(slots.len())];
         assert_eq!(slots.len(), key.len(), "radix cache: an insert needs a slot per token");
@@ -341,7 +347,9 @@ impl RadixCache {
             if duplicates_from < matched {
                 freed.extend_from_slice(&slots[offset + duplicates_from..offset + matched]);
             }
-            entry.hit_count += 1;
+            if offset + matched > inserted_len {
+                entry.hit_count += 1;
+            }
             node = reached;
             offset += matched;
         }
@@ -351,7 +359,9 @@ impl RadixCache {
             let child_key = self.child_key(&key[offset..]).to_vec();
             self.nodes[node as usize].children.insert(child_key, leaf);
             self.evictable += key.len() - offset;
-            self.nodes[leaf as usize].hit_count += 1;
+            if key.len() > inserted_len {
+                self.nodes[leaf as usize].hit_count += 1;
+            }
             node = leaf;
         }
         Insert { prefix_len, node }
