@@ -8,8 +8,7 @@ the KV slot indices. Every workload is also run on the default Rust `TreeCore` (
 wheel), and the public results of both cores must agree, so the trace describes what a
 production server does, not only the Python reference.
 
-What is replaced (manifest §S1): the `sgl_kernel` module (GPU KV-copy kernels, imported by
-`memory_pool` but never called without KV tensors) by a stub that raises when called.
+Nothing is replaced: no model, no KV tensors and no GPU are needed to drive the cache.
 
 Each trace (`traces/sglang-0.5.23/radix-<name>.jsonl`) is a header line, then one line per
 operation with its inputs and what the cache answered, then the state after it: the evictable
@@ -25,26 +24,9 @@ import os
 import random
 import sys
 import tempfile
-import types
 from array import array
 from pathlib import Path
 
-
-class _KernelStub(types.ModuleType):
-    """Stands in for sgl_kernel: any use raises, so a silent GPU dependency cannot hide."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def missing(*args, **kwargs):
-            raise RuntimeError(f"sgl_kernel.{name} is not available on CPU")
-
-        return missing
-
-
-sys.modules["sgl_kernel"] = _KernelStub("sgl_kernel")
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
 
 import warnings  # noqa: E402
 
