@@ -355,3 +355,28 @@ fn every_pd_example_scenario_assembles() {
         }
     }
 }
+
+#[test]
+fn a_decode_instance_that_livelocks_as_vllm_does_stops_the_run_naming_it() {
+    // The upstream stall of `traces/vllm-0.15.1/nixl-d-stall-*`: on a decode instance with one
+    // sequence slot and too few blocks, parked and ready requests hold their prompts' blocks, and
+    // the head of the queue cannot get the blocks it needs (here it is never admitted after one
+    // preemption), and the instance polls every millisecond forever. Before the livelock rule
+    // counted empty steps this run never ended (4 of 30 calls answered at 210,000 s simulated);
+    // now it stops at 10.2 s simulated, after 16 × max_model_len empty polls.
+    let decode = "kv_transfer_config: { kv_connector: NixlConnector, kv_role: kv_both }, max_num_seqs: 1, \
+                  num_gpu_blocks_override: 40, max_model_len: 512, max_num_batched_tokens: 512, \
+                  enable_prefix_caching: false";
+    let pools = pool("prefill", 1, Some("prefill"), NIXL) + &pool("decode", 1, Some("decode"), decode);
+    let clients = "    - name: a\n      requests: 30\n      arrival: { process: poisson, rate_per_s: 40 }\n      \
+                   input_tokens: { dist: uniform, min: 200, max: 400 }\n      output_tokens: { dist: uniform, min: 50, max: 100 }\n";
+    let text = scenario(&router(16), "{ nodes: 1, gpus_per_node: 8 }", &pools, clients);
+    match run(&text, options(), &mut |_| {}) {
+        Err(RunError::Stalled { instance, reason, .. }) => {
+            assert_eq!(instance, "engine/decode-0");
+            assert!(reason.contains("livelock"), "reason: {reason}");
+        }
+        Err(other) => panic!("expected a livelock, got {other}"),
+        Ok(out) => panic!("expected a livelock, the run finished with {} calls", out.calls.len()),
+    }
+}

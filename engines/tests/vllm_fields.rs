@@ -70,12 +70,21 @@ fn render() -> String {
          - `prefix_caching_hash_algo`: decisions do not depend on the hash function, so every\n  \
          value is accepted; block hashes in KV events are always computed with `sha256_cbor`\n  \
          (`sha256` pickles Python objects, which has no portable byte recipe).\n\n\
-         ## Known upstream livelock\n\n\
-         `scheduling_policy: priority` is ported exactly, including a livelock: requests of equal\n\
-         priority and arrival time preempt each other forever when the cache holds only one of\n\
-         them (recorded from vLLM itself in `traces/vllm-0.15.1/priority-livelock*.jsonl`). The\n\
-         simulated instance declares a livelock after 16 × `max_model_len` steps without a\n\
-         sampled token, and the run stops with that message instead of running forever.\n\n\
+         ## Known upstream stalls\n\
+         \n\
+         Two stalls of vLLM 0.15.1 are ported exactly, and the simulated instance declares a livelock\n\
+         after 16 × `max_model_len` steps without a sampled token (empty steps count unless a KV transfer\n\
+         is under way), so the run stops with that message instead of running forever:\n\
+         \n\
+         - `scheduling_policy: priority`: requests of equal priority and arrival time preempt each other\n  \
+         forever when the cache holds only one of them (recorded from vLLM itself in\n  \
+         `traces/vllm-0.15.1/priority-livelock*.jsonl`).\n\
+         - A NIXL decode instance with too few blocks: requests whose KV has been read, or is parked\n  \
+         waiting for it, hold their prompts' blocks while the head of the queue cannot get the blocks\n  \
+         it needs; it preempts itself or is never admitted, and the instance polls forever (recorded as\n  \
+         `traces/vllm-0.15.1/nixl-d-stall-*.jsonl`; the cluster test\n  \
+         `actors/tests/disaggregation.rs::a_decode_instance_that_livelocks_as_vllm_does_stops_the_run_naming_it`).\n\
+         \n\
          ## Arguments\n\n\
          | argument | treatment | why / sample |\n|---|---|---|\n",
     );

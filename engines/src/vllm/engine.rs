@@ -72,7 +72,8 @@ const LIVELOCK_STEPS_PER_TOKEN: u64 = 16;
 pub enum Stall {
     /// Steps ran without any request sampling a token: requests preempt each other in a cycle
     /// (vLLM 0.15.1's priority policy does this for requests of equal priority and arrival time
-    /// when the cache holds only one of them).
+    /// when the cache holds only one of them), or a NIXL decode instance's waiting requests hold
+    /// the blocks its queue head needs.
     Livelock {
         /// Consecutive steps without a sampled token.
         steps: u64,
@@ -94,7 +95,7 @@ impl fmt::Display for Stall {
         match self {
             Stall::Livelock { steps, preemptions } => write!(
                 f,
-                "livelock: {steps} steps without a sampled token while requests preempted each other {preemptions} times; vLLM 0.15.1 does the same for this configuration (see engines/src/vllm/FIELDS.md, 'Known upstream livelock')"
+                "livelock: {steps} steps without a sampled token ({preemptions} preemptions meanwhile); vLLM 0.15.1 does the same for this configuration (see engines/src/vllm/FIELDS.md, 'Known upstream stalls')"
             ),
             Stall::Deadlock { waiting, running } => write!(
                 f,
@@ -569,7 +570,9 @@ impl VllmEngine {
         if self.update.tokens.iter().any(|(_, token)| token.is_some()) || !self.scheduler.has_requests() {
             self.steps_without_token = 0;
             self.preemptions_without_token = 0;
-        } else if !batch.scheduled.is_empty() {
+        } else if !batch.scheduled.is_empty() || !self.transfers_pending() {
+            // An empty step counts too unless a transfer is under way: a decode instance whose
+            // waiting requests hold the blocks its queue head needs polls forever, as vLLM does.
             self.steps_without_token += 1;
             let limit = LIVELOCK_STEPS_PER_TOKEN * u64::from(self.plan.config.max_model_len);
             if self.steps_without_token > limit {
