@@ -13,7 +13,7 @@
 //! Host tiers, sessions, hybrid (SWA, Mamba) components and KV events are not part of this port.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 
 /// A node of the tree; stable while the node lives (a split keeps it on the lower part).
@@ -158,6 +158,8 @@ pub struct RadixCache {
     clock: f64,
     evictable: usize,
     protected: usize,
+    /// The nodes eviction may take now (`evictable_device_leaves`), kept as they change.
+    evictable_leaves: BTreeSet<NodeId>,
 }
 
 /// A candidate leaf in eviction order: the policy's key, then recency (as upstream's heap
@@ -214,6 +216,7 @@ impl RadixCache {
             clock: 0.0,
             evictable: 0,
             protected: 0,
+            evictable_leaves: BTreeSet::new(),
         };
         let root = cache.new_node(ROOT, Vec::new(), Vec::new(), 0);
         debug_assert_eq!(root, ROOT);
@@ -292,7 +295,9 @@ impl RadixCache {
                 delta += tokens;
             }
             entry.lock_ref += 1;
-            cursor = entry.parent;
+            let parent = entry.parent;
+            self.evictable_leaves.remove(&cursor);
+            cursor = parent;
         }
         delta
     }
@@ -309,7 +314,9 @@ impl RadixCache {
                 self.protected -= tokens;
             }
             entry.lock_ref -= 1;
-            cursor = entry.parent;
+            let parent = entry.parent;
+            self.refresh_leaf(cursor);
+            cursor = parent;
         }
     }
 
@@ -358,6 +365,8 @@ impl RadixCache {
             let leaf = self.new_node(node, key[offset..].to_vec(), slots[offset..].to_vec(), priority);
             let child_key = self.child_key(&key[offset..]).to_vec();
             self.nodes[node as usize].children.insert(child_key, leaf);
+            self.refresh_leaf(leaf);
+            self.refresh_leaf(node);
             self.evictable += key.len() - offset;
             if key.len() > inserted_len {
                 self.nodes[leaf as usize].hit_count += 1;
@@ -375,18 +384,16 @@ impl RadixCache {
         if tokens == 0 {
             return 0;
         }
-        let mut heap: BinaryHeap<Candidate> = (0..self.nodes.len() as NodeId)
-            .filter(|&id| self.is_leaf(id))
-            .map(|id| self.candidate(id))
-            .collect();
+        let mut heap: BinaryHeap<Candidate> =
+            self.evictable_leaves.iter().map(|&id| self.candidate(id)).collect();
         while evicted < tokens {
             let Some(victim) = heap.pop() else { break };
-            if !self.is_leaf(victim.node) {
+            if !self.evictable_leaves.contains(&victim.node) {
                 continue;
             }
             let parent = self.nodes[victim.node as usize].parent;
             evicted += self.delete_leaf(victim.node, freed);
-            if self.is_leaf(parent) {
+            if self.evictable_leaves.contains(&parent) {
                 heap.push(self.candidate(parent));
             }
         }
@@ -498,7 +505,18 @@ impl RadixCache {
         entry.children.insert(lower_child_key, child);
         self.nodes[parent as usize].children.insert(parent_child_key, upper);
         self.touch(child);
+        self.refresh_leaf(upper);
+        self.refresh_leaf(child);
         upper
+    }
+
+    /// Keep `evictable_leaves` true of `id` after a change to it or its children.
+    fn refresh_leaf(&mut self, id: NodeId) {
+        if self.is_leaf(id) {
+            self.evictable_leaves.insert(id);
+        } else {
+            self.evictable_leaves.remove(&id);
+        }
     }
 
     /// An evictable leaf: not the root, unlocked, and without children.
@@ -532,6 +550,8 @@ impl RadixCache {
             (node.parent, child_key, std::mem::take(&mut node.slots))
         };
         self.nodes[parent as usize].children.remove(&child_key);
+        self.evictable_leaves.remove(&id);
+        self.refresh_leaf(parent);
         self.evictable -= slots.len();
         freed.extend_from_slice(&slots);
         self.free_ids.push(id);
