@@ -191,3 +191,18 @@ fn a_finished_request_splits_its_leaf_at_the_prompt_so_outputs_are_evicted_first
     assert_eq!(c.evict(1, &mut evicted), 2);
     assert_eq!(evicted, vec![13, 14]);
 }
+
+#[test]
+fn a_leaf_that_gains_a_child_is_no_longer_a_candidate_for_eviction() {
+    // [1 2] is an unlocked leaf; an insert that extends it walks through it (touching it first,
+    // so it is older than the new leaf) and hangs [3] below it. Eviction must take [3] before
+    // [1 2], never [1 2] with a child still in the tree.
+    let mut c = cache(1);
+    let mut freed = Vec::new();
+    c.insert(&[1, 2], &[10, 11], owning(0), &mut freed);
+    c.insert(&[1, 2, 3], &[10, 11, 12], owning(2), &mut freed);
+    let mut evicted = Vec::new();
+    assert_eq!(c.evict(1, &mut evicted), 1);
+    assert_eq!(evicted, vec![12]);
+    assert_eq!(tree(&c), vec![(vec![1, 2], vec![10, 11], 0)]);
+}
