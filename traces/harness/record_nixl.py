@@ -20,10 +20,8 @@ import record as R  # noqa: E402  (re-executes with record.py's fixed environmen
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
-import filecmp  # noqa: E402
 import hashlib  # noqa: E402
 import os  # noqa: E402
-import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
@@ -37,6 +35,7 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 import nixl_workloads as NW  # noqa: E402
 import record_offload as RO  # noqa: E402
+from trace_check import exit_with_verdict  # noqa: E402
 
 ENGINE_P = "oracle-p"
 ENGINE_D = "oracle-d"
@@ -518,11 +517,7 @@ def main():
                      e["reads_in_flight"], e["dropped"], e["expired"]), "early", e["early"], flush=True)
     print("total %d traces, %d steps" % (len(rows), total))
     if args.check:
-        bad = [r[0] for r in rows if not os.path.exists(os.path.join(args.out, r[0]))
-               or not filecmp.cmp(os.path.join(out, r[0]), os.path.join(args.out, r[0]), shallow=False)]
-        shutil.rmtree(out)
-        print("DIFFERENT: " + " ".join(bad) if bad else "identical: %d traces" % len(rows))
-        sys.exit(1 if bad else 0)
+        exit_with_verdict([r[0] for r in rows], out, args.out)
     if not args.only:
         index = os.path.join(out, "INDEX.tsv")
         kept = []

@@ -50,7 +50,6 @@ if any(os.environ.get(k) != v for k, v in FIXED_ENV.items()) or any(k in os.envi
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 import argparse  # noqa: E402
-import filecmp  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
@@ -92,6 +91,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
 sys.path.insert(0, HERE)
 import sglang_workloads as SW  # noqa: E402
+from trace_check import exit_with_verdict  # noqa: E402
 
 VERSION = "0.5.23"
 assert sglang.__version__ == VERSION, sglang.__version__
@@ -578,11 +578,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     rows = record_all(args.only, out, args.tree_core)
     if args.check:
-        bad = [r[0] for r in rows if not os.path.exists(os.path.join(args.out, r[0]))
-               or not filecmp.cmp(os.path.join(out, r[0]), os.path.join(args.out, r[0]), shallow=False)]
-        shutil.rmtree(out)
-        print("DIFFERENT: " + " ".join(bad) if bad else "identical: %d traces" % len(rows))
-        sys.exit(1 if bad else 0)
+        exit_with_verdict([r[0] for r in rows], out, args.out)
     if not args.only:
         with open(os.path.join(out, "INDEX.tsv"), "w") as f:
             f.write("\t".join(["file", "steps", "requests", "retracted", "oom_aborts", "aborts",

@@ -18,16 +18,15 @@ node's key, slots, lock count and rank in the eviction order). Format:
 """
 
 import argparse
-import filecmp
 import json
-import os
 import random
 import sys
 import tempfile
 from array import array
 from pathlib import Path
 
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_check import exit_with_verdict  # noqa: E402
 import warnings  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -359,17 +358,9 @@ def main():
     if not args.check:
         record(specs, OUT)
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        record(specs, Path(tmp))
-        differ = [
-            s["name"]
-            for s in specs
-            if not filecmp.cmp(Path(tmp) / f"radix-{s['name']}.jsonl", OUT / f"radix-{s['name']}.jsonl", shallow=False)
-        ]
-    if differ:
-        raise SystemExit(f"differ: {', '.join(differ)}")
-    print(f"identical: {len(specs)} traces")
-
+    tmp = Path(tempfile.mkdtemp(prefix="sglang-radix-check-"))
+    record(specs, tmp)
+    exit_with_verdict([f"radix-{s['name']}.jsonl" for s in specs], tmp, OUT)
 
 if __name__ == "__main__":
     main()

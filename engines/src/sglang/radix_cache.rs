@@ -244,9 +244,7 @@ impl RadixCache {
         let mut node = ROOT;
         let mut offset = 0;
         while offset < key.len() {
-            let Some(&child) = self.nodes[node as usize].children.get(self.child_key(&key[offset..])) else {
-                break;
-            };
+            let Some(child) = self.child(node, &key[offset..]) else { break };
             let matched = self.common_pages(&self.nodes[child as usize].key, &key[offset..]);
             if matched < self.nodes[child as usize].key.len() {
                 node = self.split(child, matched);
@@ -338,9 +336,7 @@ impl RadixCache {
         let mut node = ROOT;
         let mut offset = 0;
         while offset < key.len() {
-            let Some(&child) = self.nodes[node as usize].children.get(self.child_key(&key[offset..])) else {
-                break;
-            };
+            let Some(child) = self.child(node, &key[offset..]) else { break };
             self.touch(child);
             let matched = self.common_pages(&self.nodes[child as usize].key, &key[offset..]);
             let reached = if matched < self.nodes[child as usize].key.len() {
@@ -423,6 +419,11 @@ impl RadixCache {
 
     fn aligned<'a>(&self, tokens: &'a [u32]) -> &'a [u32] {
         &tokens[..tokens.len() / self.page_size * self.page_size]
+    }
+
+    /// The child of `node` whose segment starts with the first page of `key`.
+    fn child(&self, node: NodeId, key: &[u32]) -> Option<NodeId> {
+        self.nodes[node as usize].children.get(self.child_key(key)).copied()
     }
 
     fn child_key<'a>(&self, key: &'a [u32]) -> &'a [u32] {
