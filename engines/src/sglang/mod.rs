@@ -1,7 +1,10 @@
-//! The SGLang port: release 0.5.23's KV-cache rules as plain state machines.
+//! The SGLang port: release 0.5.23's scheduler and KV-cache rules as plain state machines.
 //!
-//! So far the radix cache ([`radix_cache`]), proven operation by operation against the
-//! release's own `UnifiedRadixCache` by `tests/sglang_radix_oracle.rs`; the scheduler that
-//! drives it is issue 22's next part.
+//! The radix cache ([`radix_cache`]) is proven operation by operation against the release's own
+//! `UnifiedRadixCache` (`tests/sglang_radix_oracle.rs`); the scheduler ([`scheduler`]) step by
+//! step against its own batch forming (`tests/sglang_oracle.rs`), so far for the normal loop,
+//! pages of one token, the fcfs and lof policies and no mixed chunk. Nothing routes requests to
+//! it yet: no scenario can name an SGLang engine.
 
 pub mod radix_cache;
+pub mod scheduler;

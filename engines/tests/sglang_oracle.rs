@@ -1,0 +1,206 @@
+//! Replays SGLang 0.5.23's own scheduler, step by step.
+//!
+//! Each `traces/sglang-0.5.23/<workload>.jsonl` was recorded by `traces/harness/record_sglang.py`
+//! from the release's batch forming and radix cache (format and MANIFEST:
+//! `traces/harness/sglang-trace-format.md`). The port is fed the same arrivals and aborts and the
+//! same output tokens, and must form the same batch at every step — kind, prefill rows with their
+//! prefix and chunk lengths, decode rows, retractions in order, `new_token_ratio` to the bit,
+//! `batch_is_full`, the chunked request, the waiting and running order, the pool sizes — and
+//! finish the same requests for the same reasons.
+
+use std::path::{Path, PathBuf};
+
+use blis_engines::sglang::scheduler::{
+    Batch, BatchKind, Finish, RequestId, SchedulePolicy, Scheduler, SchedulerConfig,
+};
+use serde_json::{Value, json};
+
+/// The workloads the port covers so far: the normal loop, pages of one token, fcfs or lof,
+/// no mixed chunk.
+fn covered(header: &Value) -> bool {
+    let c = &header["config"];
+    !c["overlap"].as_bool().unwrap_or(true)
+        && c["page_size"] == 1
+        && (c["schedule_policy"] == "fcfs" || c["schedule_policy"] == "lof")
+        && !c["enable_mixed_chunk"].as_bool().unwrap_or(true)
+}
+
+fn traces() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces/sglang-0.5.23");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("the SGLang traces are in the repository")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.ends_with(".jsonl") && !name.starts_with("radix-")
+        })
+        .collect();
+    paths.sort();
+    paths
+}
+
+fn u(v: &Value) -> usize {
+    v.as_u64().expect("a count") as usize
+}
+
+fn config(header: &Value) -> SchedulerConfig {
+    let c = &header["config"];
+    let ratio = &c["new_token_ratio"];
+    SchedulerConfig {
+        page_size: u(&c["page_size"]) as u32,
+        pool_tokens: u(&c["max_total_num_tokens"]),
+        chunked_prefill_size: c["chunked_prefill_size"].as_u64().map(|v| v as usize),
+        max_prefill_tokens: u(&c["max_prefill_tokens"]),
+        max_running: u(&c["pp_max_micro_batch_size"]),
+        req_pool_size: u(&c["req_to_token_pool_size"]),
+        max_req_len: u(&c["max_req_len"]),
+        policy: if c["schedule_policy"] == "lof" { SchedulePolicy::Lof } else { SchedulePolicy::Fcfs },
+        ratio_init: ratio["init"].as_f64().expect("init"),
+        ratio_min: ratio["min"].as_f64().expect("min"),
+        ratio_decay: ratio["decay"].as_f64().expect("decay"),
+        eos_token: u(&c["eos_token_id"]) as u32,
+    }
+}
+
+fn reason(finish: Finish) -> &'static str {
+    match finish {
+        Finish::Length => "length",
+        Finish::Stop => "stop",
+        Finish::Abort => "abort",
+    }
+}
+
+/// Replay one trace; the number of steps, or the first difference.
+fn replay(path: &Path) -> Result<Option<usize>, String> {
+    let text = std::fs::read_to_string(path).expect("a readable trace");
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let header = &lines[0];
+    if !covered(header) {
+        return Ok(None);
+    }
+    let requests = header["requests"].as_array().expect("requests");
+    let rid = |i: RequestId| requests[i]["rid"].as_str().expect("rid").to_owned();
+    let eos_at: Vec<Option<usize>> =
+        requests.iter().map(|r| r["eos_at"].as_u64().map(|v| v as usize)).collect();
+    let token = |i: RequestId, k: usize| {
+        if eos_at[i] == Some(k) { 2 } else { 1000 + ((131 * i + k) % 30000) as u32 }
+    };
+    let mut sched = Scheduler::new(config(header)).map_err(|e| e.to_string())?;
+    let mut ids: Vec<Option<RequestId>> = vec![None; requests.len()];
+    let mut steps = 0;
+    for expected in &lines[1..] {
+        if expected["kind"] == "end" {
+            break;
+        }
+        let step = u(&expected["step"]);
+        let mut got = serde_json::Map::new();
+        got.insert("step".into(), json!(step));
+        let mut added = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            if r["arrival_step"].as_u64() == Some(step as u64) {
+                let prompt: Vec<u32> = r["prompt"]
+                    .as_array()
+                    .expect("prompt")
+                    .iter()
+                    .map(|t| t.as_u64().expect("token") as u32)
+                    .collect();
+                let (id, clipped) = sched.add_request(prompt, u(&r["max_new_tokens"]));
+                assert_eq!(id, i, "requests arrive in index order");
+                ids[i] = Some(id);
+                added.push(json!([rid(i), clipped]));
+            }
+        }
+        got.insert("added".into(), json!(added));
+        let mut aborted = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            if r["abort_step"].as_u64() == Some(step as u64) {
+                let id = ids[i].expect("an abort after arrival");
+                sched.abort(id);
+                aborted.push(json!([rid(i), expected["aborted"][aborted.len()][1].clone()]));
+            }
+        }
+        got.insert("aborted".into(), json!(aborted));
+        got.insert("ratio_before".into(), json!(sched.new_token_ratio()));
+        let chunked_before = sched.chunked();
+        let batch: Option<Batch> = sched.next_batch();
+        let (kind, extend, decode) = match &batch {
+            None => ("idle", vec![], vec![]),
+            Some(b) if b.kind == BatchKind::Decode => {
+                ("decode", vec![], b.requests.iter().map(|&r| json!(rid(r))).collect())
+            }
+            Some(b) => (
+                "extend",
+                b.requests
+                    .iter()
+                    .map(|&r| {
+                        let row = sched.extend_row(r);
+                        json!([
+                            rid(r),
+                            row.prefix_len,
+                            row.extend_len,
+                            u8::from(sched.chunked() == Some(r)),
+                            u8::from(chunked_before == Some(r)),
+                            u8::from(sched.ever_retracted(r))
+                        ])
+                    })
+                    .collect(),
+                vec![],
+            ),
+        };
+        got.insert("kind".into(), json!(kind));
+        got.insert("extend".into(), json!(extend));
+        got.insert("decode".into(), json!(decode));
+        got.insert("retracted".into(), json!(sched.retracted().iter().map(|&r| rid(r)).collect::<Vec<_>>()));
+        got.insert("oom_aborted".into(), json!([]));
+        let chunk_aborts: Vec<String> = sched.chunked_aborted().iter().map(|&r| rid(r)).collect();
+        got.insert("chunked_aborted".into(), json!(chunk_aborts));
+        got.insert("ratio_formed".into(), json!(sched.new_token_ratio()));
+        got.insert("batch_is_full".into(), json!(sched.batch_is_full()));
+        got.insert("chunked".into(), json!(sched.chunked().map(rid)));
+        got.insert("waiting".into(), json!(sched.waiting().iter().map(|&r| rid(r)).collect::<Vec<_>>()));
+        got.insert("running".into(), json!(sched.running().iter().map(|&r| rid(r)).collect::<Vec<_>>()));
+        got.insert("sizes".into(), json!(sched.sizes()));
+        let mut results = Vec::new();
+        let mut idle_reset = false;
+        match &batch {
+            Some(b) => {
+                sched.process_result(b, token);
+                let finished: Vec<Value> = sched
+                    .take_finished()
+                    .into_iter()
+                    .map(|(r, f, n)| json!([rid(r), reason(f), n]))
+                    .collect();
+                results.push(json!({"of_step": step, "finished": finished, "sizes": sched.sizes()}));
+            }
+            None => idle_reset = sched.on_idle(),
+        }
+        sched.set_last_batch(batch);
+        got.insert("results".into(), json!(results));
+        got.insert("idle_reset".into(), json!(idle_reset));
+        got.insert("ratio_after".into(), json!(sched.new_token_ratio()));
+        let got = Value::Object(got);
+        if &got != expected {
+            return Err(format!("{} step {step}:\n  expected {expected}\n  port     {got}", path.display()));
+        }
+        steps += 1;
+    }
+    Ok(Some(steps))
+}
+
+#[test]
+fn the_port_forms_every_recorded_batch_as_sglang_does() {
+    let mut failures = Vec::new();
+    let (mut replayed, mut steps) = (0, 0);
+    for path in traces() {
+        match replay(&path) {
+            Ok(Some(n)) => {
+                replayed += 1;
+                steps += n;
+            }
+            Ok(None) => {}
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(failures.is_empty(), "{} traces diverge:\n{}", failures.len(), failures.join("\n"));
+    assert!(replayed >= 24 && steps >= 2_000, "only {replayed} traces, {steps} steps replayed");
+}
