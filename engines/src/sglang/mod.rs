@@ -3,7 +3,7 @@
 //! The radix cache ([`radix_cache`]) is proven operation by operation against the release's own
 //! `UnifiedRadixCache` (`tests/sglang_radix_oracle.rs`); the scheduler ([`scheduler`]) step by
 //! step against its own batch forming (`tests/sglang_oracle.rs`), so far for the normal loop,
-//! pages of one token, the fcfs and lof policies and no mixed chunk. Nothing routes requests to
+//! any page size, the fcfs, lof, lpm and dfs-weight policies, and no mixed chunk. Nothing routes requests to
 //! it yet: no scenario can name an SGLang engine.
 
 pub mod radix_cache;

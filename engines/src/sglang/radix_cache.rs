@@ -138,6 +138,8 @@ pub struct NodeView<'a> {
 struct Node {
     parent: NodeId,
     children: BTreeMap<Vec<u32>, NodeId>,
+    /// Its place among its siblings: upstream's children are a dict, iterated in insertion order.
+    sibling_order: u64,
     key: Vec<u32>,
     slots: Vec<u32>,
     lock_ref: u32,
@@ -156,6 +158,7 @@ pub struct RadixCache {
     nodes: Vec<Node>,
     free_ids: Vec<NodeId>,
     clock: f64,
+    insertions: u64,
     evictable: usize,
     protected: usize,
     /// The nodes eviction may take now (`evictable_device_leaves`), kept as they change.
@@ -214,6 +217,7 @@ impl RadixCache {
             nodes: Vec::new(),
             free_ids: Vec::new(),
             clock: 0.0,
+            insertions: 0,
             evictable: 0,
             protected: 0,
             evictable_leaves: BTreeSet::new(),
@@ -361,6 +365,7 @@ impl RadixCache {
             let leaf = self.new_node(node, key[offset..].to_vec(), slots[offset..].to_vec(), priority);
             let child_key = self.child_key(&key[offset..]).to_vec();
             self.nodes[node as usize].children.insert(child_key, leaf);
+            self.nodes[leaf as usize].sibling_order = self.next_sibling_order();
             self.refresh_leaf(leaf);
             self.refresh_leaf(node);
             self.evictable += key.len() - offset;
@@ -396,6 +401,42 @@ impl RadixCache {
         evicted
     }
 
+    /// The `dfs-weight` order of requests ending at `nodes` (`_dfs_weight_order`): a node's
+    /// weight is the requests ending at or below it; the walk visits heavier children first
+    /// (ties in insertion order) and emits a node's requests after its subtree's.
+    pub fn dfs_weight_order(&self, nodes: &[NodeId]) -> Vec<usize> {
+        let mut ending: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        for (index, &node) in nodes.iter().enumerate() {
+            ending.entry(node).or_default().push(index);
+        }
+        let mut weight: BTreeMap<NodeId, usize> = ending.iter().map(|(&n, v)| (n, v.len())).collect();
+        let mut stack = vec![(ROOT, false)];
+        while let Some((node, visited)) = stack.pop() {
+            let children = self.children_in_order(node);
+            if visited {
+                let total = weight.get(&node).copied().unwrap_or(0)
+                    + children.iter().map(|c| weight.get(c).copied().unwrap_or(0)).sum::<usize>();
+                weight.insert(node, total);
+                continue;
+            }
+            stack.push((node, true));
+            stack.extend(children.iter().rev().map(|&c| (c, false)));
+        }
+        let mut order = Vec::with_capacity(nodes.len());
+        let mut stack = vec![(ROOT, false)];
+        while let Some((node, visited)) = stack.pop() {
+            if visited {
+                order.extend(ending.get(&node).into_iter().flatten().copied());
+                continue;
+            }
+            let mut children = self.children_in_order(node);
+            children.sort_by_key(|c| std::cmp::Reverse(weight.get(c).copied().unwrap_or(0)));
+            stack.push((node, true));
+            stack.extend(children.iter().rev().map(|&c| (c, false)));
+        }
+        order
+    }
+
     /// Every node but the root, depth first, children in ascending order of their first page.
     pub fn depth_first(&self) -> Vec<NodeView<'_>> {
         let mut out = Vec::new();
@@ -415,6 +456,18 @@ impl RadixCache {
             stack.extend(node.children.values().rev().copied());
         }
         out
+    }
+
+    fn next_sibling_order(&mut self) -> u64 {
+        self.insertions += 1;
+        self.insertions
+    }
+
+    /// The children of `node` in upstream's dict order.
+    fn children_in_order(&self, node: NodeId) -> Vec<NodeId> {
+        let mut children: Vec<NodeId> = self.nodes[node as usize].children.values().copied().collect();
+        children.sort_by_key(|&c| self.nodes[c as usize].sibling_order);
+        children
     }
 
     fn aligned<'a>(&self, tokens: &'a [u32]) -> &'a [u32] {
@@ -452,6 +505,7 @@ impl RadixCache {
         let node = Node {
             parent,
             children: BTreeMap::new(),
+            sibling_order: 0,
             key,
             slots,
             lock_ref: 0,
@@ -497,6 +551,8 @@ impl RadixCache {
             )
         };
         let parent_child_key = upper_key[..page_size].to_vec();
+        let child_order = self.nodes[child as usize].sibling_order;
+        let lower_order = self.next_sibling_order();
         let entry = &mut self.nodes[upper as usize];
         entry.key = upper_key;
         entry.slots = upper_slots;
@@ -504,6 +560,8 @@ impl RadixCache {
         entry.hit_count = hit_count;
         entry.creation_time = creation_time;
         entry.children.insert(lower_child_key, child);
+        entry.sibling_order = child_order;
+        self.nodes[child as usize].sibling_order = lower_order;
         self.nodes[parent as usize].children.insert(parent_child_key, upper);
         self.touch(child);
         self.refresh_leaf(upper);

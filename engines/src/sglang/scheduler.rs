@@ -25,7 +25,23 @@ pub enum SchedulePolicy {
     Fcfs,
     /// Longest `max_new_tokens` first (stable).
     Lof,
+    /// Longest cached prefix first, a request whose new prefix another waiting request shares
+    /// deprioritized; plain fcfs while more than 128 wait.
+    Lpm,
+    /// The radix tree's depth-first weight order (requests ending in heavier subtrees first).
+    DfsWeight,
 }
+
+/// Above this many waiting requests `lpm` behaves as `fcfs` (`WAITING_QUEUE_PREFIX_MATCH_MAX`).
+const WAITING_QUEUE_PREFIX_MATCH_MAX: usize = 128;
+
+/// A request whose cached prefix is at most this long is checked against the other waiting
+/// requests (`IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`)...
+const IN_BATCH_PREFIX_CHECK_THRESHOLD: usize = 32;
+
+/// ...and deprioritized when it shares at least this many tokens with one ahead of it
+/// (`IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD`).
+const IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD: usize = 32;
 
 /// What a scheduler instance is configured with, as the release resolves it.
 #[derive(Clone, Debug)]
@@ -107,6 +123,7 @@ struct Request {
     output: Vec<u32>,
     max_new_tokens: usize,
     prefix_len: usize,
+    num_matched: usize,
     extend_end: usize,
     kv_committed: usize,
     kv_allocated: usize,
@@ -143,19 +160,40 @@ impl Request {
     }
 }
 
-/// The token-to-KV pool: free slots handed out from the front and returned to the back.
+/// The token-to-KV pool in pages (`TokenToKVPoolAllocator` for pages of one token,
+/// `PagedTokenToKVPoolAllocator` above): pages handed out from the front; freed ones return to
+/// the back for single-token pages and to the front, in ascending order, for larger ones.
 #[derive(Clone, Debug)]
 struct SlotPool {
-    free: std::collections::VecDeque<u32>,
+    page_size: u32,
+    free_pages: std::collections::VecDeque<u32>,
 }
 
 impl SlotPool {
-    fn take(&mut self, count: usize) -> Option<Vec<u32>> {
-        (count <= self.free.len()).then(|| self.free.drain(..count).collect())
+    fn new(pool_tokens: usize, page_size: u32) -> Self {
+        Self { page_size, free_pages: (1..=(pool_tokens / page_size as usize) as u32).collect() }
+    }
+
+    fn available(&self) -> usize {
+        self.free_pages.len() * self.page_size as usize
+    }
+
+    fn take_page(&mut self) -> u32 {
+        self.free_pages.pop_front().expect("admission budgets leave room for every allocation")
     }
 
     fn give_back(&mut self, slots: &[u32]) {
-        self.free.extend(slots.iter().copied());
+        if slots.is_empty() {
+            return;
+        }
+        if self.page_size == 1 {
+            self.free_pages.extend(slots.iter().copied());
+            return;
+        }
+        let pages: std::collections::BTreeSet<u32> = slots.iter().map(|s| s / self.page_size).collect();
+        for &page in pages.iter().rev() {
+            self.free_pages.push_front(page);
+        }
     }
 }
 
@@ -202,7 +240,7 @@ impl Scheduler {
     /// An idle scheduler with an empty pool and tree.
     pub fn new(config: SchedulerConfig) -> Result<Self, RadixCacheError> {
         let tree = RadixCache::new(config.page_size, EvictionPolicy::Lru)?;
-        let slots = SlotPool { free: (1..=config.pool_tokens as u32).collect() };
+        let slots = SlotPool::new(config.pool_tokens, config.page_size);
         Ok(Self {
             ratio: config.ratio_init,
             free_rows: config.req_pool_size,
@@ -244,6 +282,7 @@ impl Scheduler {
             output: Vec::new(),
             max_new_tokens,
             prefix_len: 0,
+            num_matched: 0,
             extend_end: 0,
             kv_committed: 0,
             kv_allocated: 0,
@@ -307,7 +346,7 @@ impl Scheduler {
 
     /// Free slots, evictable and protected tree tokens, free request rows.
     pub fn sizes(&self) -> [usize; 4] {
-        [self.slots.free.len(), self.tree.evictable_size(), self.tree.protected_size(), self.free_rows]
+        [self.slots.available(), self.tree.evictable_size(), self.tree.protected_size(), self.free_rows]
     }
 
     /// Requests retracted by the last pass, in order.
@@ -436,7 +475,7 @@ impl Scheduler {
     }
 
     fn available_and_evictable(&self) -> f64 {
-        (self.slots.free.len() + self.tree.evictable_size()) as f64
+        (self.slots.available() + self.tree.evictable_size()) as f64
     }
 
     fn budget_state(&self, adder: &Adder) -> AddResult {
@@ -460,20 +499,73 @@ impl Scheduler {
         }
     }
 
+    /// Order the waiting queue (`SchedulePolicy.calc_priority`).
     fn calc_priority(&mut self) {
-        if self.config.policy == SchedulePolicy::Lof {
-            let requests = &self.requests;
-            self.waiting.sort_by_key(|&r| std::cmp::Reverse(requests[r].max_new_tokens));
+        let active = match self.config.policy {
+            SchedulePolicy::Lpm if self.waiting.len() > WAITING_QUEUE_PREFIX_MATCH_MAX => {
+                SchedulePolicy::Fcfs
+            }
+            policy => policy,
+        };
+        match active {
+            SchedulePolicy::Fcfs => {}
+            SchedulePolicy::Lof => {
+                let requests = &self.requests;
+                self.waiting.sort_by_key(|&r| std::cmp::Reverse(requests[r].max_new_tokens));
+            }
+            SchedulePolicy::Lpm => {
+                let deprioritized = self.compute_prefix_matches();
+                let requests = &self.requests;
+                self.waiting.sort_by_key(|r| {
+                    if deprioritized.contains(r) { i64::MAX } else { -(requests[*r].num_matched as i64) }
+                });
+            }
+            SchedulePolicy::DfsWeight => {
+                self.compute_prefix_matches();
+                let nodes: Vec<NodeId> = self.waiting.iter().map(|&r| self.requests[r].last_node).collect();
+                let order = self.tree.dfs_weight_order(&nodes);
+                self.waiting = order.iter().map(|&i| self.waiting[i]).collect();
+            }
         }
+        if matches!(active, SchedulePolicy::Lpm | SchedulePolicy::DfsWeight) {
+            return;
+        }
+        // Cache-agnostic policies refresh the LRU stamps of the first 128 waiting prompts every
+        // 32nd pass, the head last (`_touch_waiting_prefixes`).
         let refresh = self.refresh_calls.is_multiple_of(32);
         self.refresh_calls += 1;
         if refresh && !self.waiting.is_empty() {
-            let touched: Vec<RequestId> = self.waiting.iter().take(128).rev().copied().collect();
+            let touched: Vec<RequestId> =
+                self.waiting.iter().take(WAITING_QUEUE_PREFIX_MATCH_MAX).rev().copied().collect();
             for r in touched {
                 let fill = self.requests[r].fill();
                 self.tree.match_prefix(&fill);
             }
         }
+    }
+
+    /// Match every waiting request against the tree, and against the others ahead of it when
+    /// its own hit is short (`_compute_prefix_matches`); returns the deprioritized ones.
+    fn compute_prefix_matches(&mut self) -> Vec<RequestId> {
+        let mut scratch = RadixCache::new(1, EvictionPolicy::Lru).expect("pages of one token");
+        let mut deprioritized = Vec::new();
+        for r in self.waiting.clone() {
+            let fill = self.requests[r].fill();
+            let found = self.tree.match_prefix(&fill);
+            let req = &mut self.requests[r];
+            req.prefix_len = found.prefix_len;
+            req.last_node = found.node;
+            req.num_matched = found.prefix_len.min(fill.len().saturating_sub(1));
+            if found.prefix_len <= IN_BATCH_PREFIX_CHECK_THRESHOLD {
+                if scratch.match_prefix(&fill).prefix_len >= IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD {
+                    deprioritized.push(r);
+                } else {
+                    let mut freed = Vec::new();
+                    scratch.insert(&fill, &vec![0; fill.len()], Inserter::default(), &mut freed);
+                }
+            }
+        }
+        deprioritized
     }
 
     fn new_prefill_batch(&mut self) -> Option<Batch> {
@@ -631,14 +723,16 @@ impl Scheduler {
         }
     }
 
-    /// Take slots, evicting from the tree first for whatever the pool lacks.
-    fn alloc_slots(&mut self, count: usize) -> Vec<u32> {
-        self.evict_to_free(count);
-        self.slots.take(count).expect("admission budgets leave room for every allocation")
+    /// The slot after `previous` in its page, or the first slot of a fresh page.
+    fn next_slot(&mut self, position: usize, previous: Option<u32>) -> u32 {
+        match previous {
+            Some(slot) if !position.is_multiple_of(self.page()) => slot + 1,
+            _ => self.slots.take_page() * self.config.page_size,
+        }
     }
 
     fn evict_to_free(&mut self, count: usize) {
-        let shortfall = count.saturating_sub(self.slots.free.len());
+        let shortfall = count.saturating_sub(self.slots.available());
         if shortfall > 0 {
             let mut freed = Vec::new();
             self.tree.evict(shortfall, &mut freed);
@@ -655,7 +749,9 @@ impl Scheduler {
         }
         let total: usize =
             batch.iter().map(|&id| self.requests[id].extend_end - self.requests[id].prefix_len).sum();
-        let mut fresh = self.alloc_slots(total).into_iter();
+        // Paged extends evict for a page more per request (`alloc_paged_token_slots_extend`).
+        let paged_extra = if self.page() > 1 { batch.len() * self.page() } else { 0 };
+        self.evict_to_free(total + paged_extra);
         for &id in batch {
             let prefix = self.requests[id].prefix_len;
             let end = self.requests[id].extend_end;
@@ -664,9 +760,13 @@ impl Scheduler {
                 self.tree.prefix_slots(self.requests[id].last_node, &mut matched);
                 self.requests[id].row = matched;
             }
+            self.requests[id].row.truncate(prefix);
+            for position in prefix..end {
+                let previous = self.requests[id].row.last().copied();
+                let slot = self.next_slot(position, previous);
+                self.requests[id].row.push(slot);
+            }
             let req = &mut self.requests[id];
-            req.row.truncate(prefix);
-            req.row.extend(fresh.by_ref().take(end - prefix));
             req.kv_allocated = end;
             req.kv_committed = end;
             req.is_retracted = false;
@@ -748,7 +848,7 @@ impl Scheduler {
         let need =
             page * batch.iter().filter(|&&r| self.requests[r].kv_committed.is_multiple_of(page)).count();
         self.evict_to_free(need);
-        self.slots.free.len() >= need
+        self.slots.available() >= need
     }
 
     fn update_running_batch(&mut self) -> Option<Batch> {
@@ -791,9 +891,11 @@ impl Scheduler {
         if self.running.len() < initial {
             self.batch_is_full = false;
         }
-        let count = self.running.len();
-        let fresh = self.alloc_slots(count);
-        for (&id, slot) in self.running.iter().zip(fresh) {
+        self.evict_to_free(self.running.len() * self.page());
+        for id in self.running.clone() {
+            let position = self.requests[id].kv_committed;
+            let previous = self.requests[id].row.last().copied();
+            let slot = self.next_slot(position, previous);
             let req = &mut self.requests[id];
             req.row.push(slot);
             req.kv_allocated += 1;
