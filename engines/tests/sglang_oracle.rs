@@ -15,12 +15,11 @@ use blis_engines::sglang::scheduler::{
 };
 use serde_json::{Value, json};
 
-/// The workloads the port covers so far: the normal loop, fcfs, lof, lpm or dfs-weight, no mixed
-/// chunk (`random` shuffles with Python's Mersenne Twister, which a replay cannot follow).
+/// The workloads the port covers so far: normal and overlap loops, fcfs, lof, lpm or dfs-weight,
+/// no mixed chunk (`random` shuffles with Python's Mersenne Twister, which a replay cannot follow).
 fn covered(header: &Value) -> bool {
     let c = &header["config"];
-    !c["overlap"].as_bool().unwrap_or(true)
-        && ["fcfs", "lof", "lpm", "dfs-weight"].iter().any(|p| c["schedule_policy"] == *p)
+    ["fcfs", "lof", "lpm", "dfs-weight"].iter().any(|p| c["schedule_policy"] == *p)
         && !c["enable_mixed_chunk"].as_bool().unwrap_or(true)
 }
 
@@ -63,6 +62,7 @@ fn config(header: &Value) -> SchedulerConfig {
         ratio_min: ratio["min"].as_f64().expect("min"),
         ratio_decay: ratio["decay"].as_f64().expect("decay"),
         eos_token: u(&c["eos_token_id"]) as u32,
+        overlap: c["overlap"].as_bool().expect("overlap"),
     }
 }
 
@@ -89,7 +89,10 @@ fn replay(path: &Path) -> Result<Option<usize>, String> {
     let token = |i: RequestId, k: usize| {
         if eos_at[i] == Some(k) { 2 } else { 1000 + ((131 * i + k) % 30000) as u32 }
     };
-    let mut sched = Scheduler::new(config(header)).map_err(|e| e.to_string())?;
+    let config = config(header);
+    let overlap = config.overlap;
+    let mut sched = Scheduler::new(config).map_err(|e| e.to_string())?;
+    let mut last_launched: Option<usize> = None;
     let mut ids: Vec<Option<RequestId>> = vec![None; requests.len()];
     let mut steps = 0;
     for expected in &lines[1..] {
@@ -166,17 +169,29 @@ fn replay(path: &Path) -> Result<Option<usize>, String> {
         got.insert("sizes".into(), json!(sched.sizes()));
         let mut results = Vec::new();
         let mut idle_reset = false;
-        match &batch {
-            Some(b) => {
-                sched.process_result(b, token);
-                let finished: Vec<Value> = sched
-                    .take_finished()
-                    .into_iter()
-                    .map(|(r, f, n)| json!([rid(r), reason(f), n]))
-                    .collect();
-                results.push(json!({"of_step": step, "finished": finished, "sizes": sched.sizes()}));
+        let mut applied = |sched: &mut Scheduler, of_step: usize| {
+            let finished: Vec<Value> =
+                sched.take_finished().into_iter().map(|(r, f, n)| json!([rid(r), reason(f), n])).collect();
+            results.push(json!({"of_step": of_step, "finished": finished, "sizes": sched.sizes()}));
+        };
+        if overlap {
+            // event_loop_overlap: launch this batch, then apply the previous one's result.
+            let previous = last_launched.take();
+            if let Some(b) = &batch {
+                sched.launch(b);
+                last_launched = Some(step);
             }
-            None => idle_reset = sched.on_idle(),
+            if let Some(of_step) = previous {
+                sched.process_oldest(token);
+                applied(&mut sched, of_step);
+            } else if batch.is_none() {
+                idle_reset = sched.on_idle();
+            }
+        } else if let Some(b) = &batch {
+            sched.process_result(b, token);
+            applied(&mut sched, step);
+        } else {
+            idle_reset = sched.on_idle();
         }
         sched.set_last_batch(batch);
         got.insert("results".into(), json!(results));
@@ -206,5 +221,5 @@ fn the_port_forms_every_recorded_batch_as_sglang_does() {
         }
     }
     assert!(failures.is_empty(), "{} traces diverge:\n{}", failures.len(), failures.join("\n"));
-    assert!(replayed >= 34 && steps >= 2_700, "only {replayed} traces, {steps} steps replayed");
+    assert!(replayed >= 47 && steps >= 3_700, "only {replayed} traces, {steps} steps replayed");
 }

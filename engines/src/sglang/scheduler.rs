@@ -70,6 +70,9 @@ pub struct SchedulerConfig {
     pub ratio_decay: f64,
     /// The end-of-sequence token.
     pub eos_token: u32,
+    /// The overlap loop (the default): a batch's result is applied after the next batch is
+    /// formed, and requests that result finishes by length leave the next decode batch.
+    pub overlap: bool,
 }
 
 /// A request's identity inside the scheduler: its index in arrival order.
@@ -234,6 +237,8 @@ pub struct Scheduler {
     retracted: Vec<RequestId>,
     chunked_aborted: Vec<RequestId>,
     finished: Vec<(RequestId, Finish, usize)>,
+    /// Batches launched and not yet applied (`result_queue`, overlap loop only).
+    result_queue: std::collections::VecDeque<Batch>,
 }
 
 impl Scheduler {
@@ -258,6 +263,7 @@ impl Scheduler {
             retracted: Vec::new(),
             chunked_aborted: Vec::new(),
             finished: Vec::new(),
+            result_queue: std::collections::VecDeque::new(),
         })
     }
 
@@ -389,6 +395,7 @@ impl Scheduler {
                 BatchKind::Decode => self.running.is_empty(),
                 BatchKind::Extend => b.requests.is_empty(),
             })
+            && self.result_queue.is_empty()
             && self.waiting.is_empty()
     }
 
@@ -431,6 +438,11 @@ impl Scheduler {
                     .filter(|&r| self.requests[r].finished.is_none() && !exclude.contains(&r))
                     .collect();
                 if kept.len() < before {
+                    self.batch_is_full = false;
+                }
+                // Upstream keeps `batch_is_full` on the batch object: an empty running batch is
+                // replaced by the prefill batch, whose flag is still clear.
+                if self.running.is_empty() && !kept.is_empty() {
                     self.batch_is_full = false;
                 }
                 self.running.extend(kept.iter().copied());
@@ -851,10 +863,35 @@ impl Scheduler {
         self.slots.available() >= need
     }
 
+    /// Running requests whose queued result commits their last output by length
+    /// (`_reqs_finishing_inflight`, overlap loop only).
+    fn finishing_inflight(&self) -> Vec<RequestId> {
+        let Some(queued) = self.result_queue.front().filter(|_| self.config.overlap) else {
+            return Vec::new();
+        };
+        self.running
+            .iter()
+            .copied()
+            .filter(|r| queued.requests.contains(r))
+            .filter(|&r| self.requests[r].output.len() + 1 >= self.requests[r].max_new_tokens)
+            .collect()
+    }
+
     fn update_running_batch(&mut self) -> Option<Batch> {
         let initial = self.running.len();
+        let finishing = self.finishing_inflight();
+        self.running.retain(|r| !finishing.contains(r));
+        if self.running.is_empty() {
+            self.batch_is_full = false;
+            return None;
+        }
         let batch = self.running.clone();
-        if !self.decode_fits(&batch) {
+        let fits = self.decode_fits(&batch);
+        if !fits && !finishing.is_empty() {
+            self.batch_is_full = false;
+            return None;
+        }
+        if !fits {
             let mut order: Vec<usize> = (0..batch.len()).collect();
             let requests = &self.requests;
             let key = |i: &usize| {
@@ -924,6 +961,12 @@ impl Scheduler {
     pub fn process_result(&mut self, batch: &Batch, token: impl Fn(RequestId, usize) -> u32) {
         for &id in &batch.requests {
             let req = &self.requests[id];
+            if batch.kind == BatchKind::Decode
+                && self.config.overlap
+                && (req.finished.is_some() || req.is_retracted)
+            {
+                continue;
+            }
             if batch.kind == BatchKind::Extend {
                 if (req.finished.is_some() && req.inflight_middle_chunks <= 0) || req.is_retracted {
                     continue;
@@ -943,6 +986,18 @@ impl Scheduler {
                 self.checkpoint(id);
             }
         }
+    }
+
+    /// Launch a batch under the overlap loop: its result waits in the queue.
+    pub fn launch(&mut self, batch: &Batch) {
+        self.result_queue.push_back(batch.clone());
+    }
+
+    /// Apply the oldest launched batch's result (overlap loop); false when none is queued.
+    pub fn process_oldest(&mut self, token: impl Fn(RequestId, usize) -> u32) -> bool {
+        let Some(batch) = self.result_queue.pop_front() else { return false };
+        self.process_result(&batch, token);
+        true
     }
 
     fn update_finish_state(&mut self, id: RequestId) {
