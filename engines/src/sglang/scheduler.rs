@@ -73,6 +73,8 @@ pub struct SchedulerConfig {
     /// The overlap loop (the default): a batch's result is applied after the next batch is
     /// formed, and requests that result finishes by length leave the next decode batch.
     pub overlap: bool,
+    /// `--enable-mixed-chunk`: a prefill batch carries the running requests' decode rows.
+    pub mixed_chunk: bool,
 }
 
 /// A request's identity inside the scheduler: its index in arrival order.
@@ -96,6 +98,8 @@ pub enum BatchKind {
     Extend,
     /// One token for each running request.
     Decode,
+    /// Prefill rows with the running requests' decode rows after them (`--enable-mixed-chunk`).
+    Mixed,
 }
 
 /// A batch formed by one pass.
@@ -107,6 +111,8 @@ pub struct Batch {
     pub requests: Vec<RequestId>,
     /// The chunked request when the batch was formed (`ScheduleBatch.chunked_req`).
     chunked: Option<RequestId>,
+    /// The decode rows of a mixed batch (`decoding_reqs`).
+    pub decoding: Vec<RequestId>,
 }
 
 /// One prefill row as the batch ran it.
@@ -124,6 +130,8 @@ pub struct ExtendRow {
 struct Request {
     origin: Vec<u32>,
     output: Vec<u32>,
+    /// `full_untruncated_fill_ids`: prompt and outputs as of the last refresh, not of now.
+    fill_ids: Vec<u32>,
     max_new_tokens: usize,
     prefix_len: usize,
     num_matched: usize,
@@ -151,8 +159,11 @@ impl Request {
         fill
     }
 
-    fn fill_len(&self) -> usize {
-        self.origin.len() + self.output.len()
+    /// `refresh_fill_ids`: bring `fill_ids` up to the outputs produced since.
+    fn refresh_fill(&mut self) {
+        self.fill_ids.clear();
+        self.fill_ids.extend_from_slice(&self.origin);
+        self.fill_ids.extend_from_slice(&self.output);
     }
 
     fn owned_kv_len(&self) -> usize {
@@ -284,6 +295,7 @@ impl Scheduler {
         let max_new_tokens = max_new_tokens.min(by_length).min(by_memory);
         let id = self.requests.len();
         self.requests.push(Request {
+            fill_ids: prompt.clone(),
             origin: prompt,
             output: Vec::new(),
             max_new_tokens,
@@ -393,7 +405,7 @@ impl Scheduler {
             && self.last_batch.as_ref().is_none_or(|b| match b.kind {
                 // A decode batch is the running batch itself upstream.
                 BatchKind::Decode => self.running.is_empty(),
-                BatchKind::Extend => b.requests.is_empty(),
+                BatchKind::Extend | BatchKind::Mixed => b.requests.is_empty(),
             })
             && self.result_queue.is_empty()
             && self.waiting.is_empty()
@@ -426,7 +438,7 @@ impl Scheduler {
             }
         }
         if let Some(last) = self.last_batch.take() {
-            if last.kind == BatchKind::Extend {
+            if last.kind != BatchKind::Decode {
                 if let Some(chunked) = last.chunked {
                     exclude.push(chunked);
                 }
@@ -593,11 +605,13 @@ impl Scheduler {
             return None;
         }
         self.calc_priority();
+        // A mixed batch's decode rows take a token each from the prefill budgets.
+        let mixed_tokens = if self.config.mixed_chunk { running_bs } else { 0 };
         let mut adder = Adder {
-            rem_input: self.config.max_prefill_tokens as i64,
-            rem_chunk: self.config.chunked_prefill_size.map(|c| c as i64),
-            total_offset: 0.0,
-            current_offset: 0.0,
+            rem_input: self.config.max_prefill_tokens as i64 - mixed_tokens as i64,
+            rem_chunk: self.config.chunked_prefill_size.map(|c| c as i64 - mixed_tokens as i64),
+            total_offset: mixed_tokens as f64,
+            current_offset: mixed_tokens as f64,
             can_run: Vec::new(),
             new_chunked: None,
         };
@@ -612,6 +626,7 @@ impl Scheduler {
             .sum();
         adder.total_offset += running_offset;
         if let Some(chunked) = self.chunked {
+            self.requests[chunked].refresh_fill();
             self.chunked = self.add_chunked(&mut adder, chunked);
         }
         let queue = self.waiting.clone();
@@ -646,11 +661,38 @@ impl Scheduler {
             self.requests[chunked].inflight_middle_chunks += 1;
         }
         self.prepare_for_extend(&adder.can_run);
-        Some(Batch { kind: BatchKind::Extend, requests: adder.can_run, chunked: self.chunked })
+        let mut batch = Batch {
+            kind: BatchKind::Extend,
+            requests: adder.can_run,
+            chunked: self.chunked,
+            decoding: Vec::new(),
+        };
+        if self.config.mixed_chunk && !self.running.is_empty() {
+            let finishing = self.finishing_inflight();
+            self.running.retain(|r| !finishing.contains(r));
+            if !finishing.is_empty() {
+                self.batch_is_full = false;
+            }
+            let running = self.running.clone();
+            if !running.is_empty() && self.decode_fits(&running) {
+                self.prepare_for_decode();
+                batch.kind = BatchKind::Mixed;
+                // `mix_with_running`: each decode row extends its sequence by the one new token.
+                for &id in &running {
+                    self.requests[id].refresh_fill();
+                    self.requests[id].extend_end = self.requests[id].kv_committed;
+                }
+                batch.requests.extend(running.iter().copied());
+                batch.decoding = running;
+                self.running.clear();
+            }
+        }
+        Some(batch)
     }
 
     fn init_next_round_input(&mut self, id: RequestId) {
-        let fill = self.requests[id].fill();
+        self.requests[id].refresh_fill();
+        let fill = self.requests[id].fill_ids.clone();
         let limit = fill.len().saturating_sub(1);
         let found = self.tree.match_prefix(&fill[..limit]);
         let req = &mut self.requests[id];
@@ -665,7 +707,7 @@ impl Scheduler {
         let room = chunk.min(remaining);
         let room = if room > 0 { room } else { chunk };
         let req = &self.requests[id];
-        let candidate = (req.fill_len() - req.prefix_len) as i64;
+        let candidate = (req.fill_ids.len() - req.prefix_len) as i64;
         let truncated = candidate > room;
         let new_len = candidate.min(room) as usize;
         let max_new = if truncated { 0 } else { req.max_new_tokens.min(CLIP_MAX_NEW_TOKENS) };
@@ -681,7 +723,7 @@ impl Scheduler {
             let r = &self.requests[id];
             (
                 r.prefix_len,
-                r.fill_len() - r.prefix_len,
+                r.fill_ids.len() - r.prefix_len,
                 r.max_new_tokens.saturating_sub(r.output.len()).min(CLIP_MAX_NEW_TOKENS),
                 r.max_new_tokens,
                 r.last_node,
@@ -794,9 +836,9 @@ impl Scheduler {
 
     fn insert_into_tree(&mut self, id: RequestId, up_to: usize) {
         let page = self.page();
-        let fill = self.requests[id].fill();
-        let tokens = &fill[..up_to];
-        let aligned = up_to / page * page;
+        let fill = self.requests[id].fill_ids.clone();
+        let tokens = &fill[..up_to.min(fill.len())];
+        let aligned = tokens.len() / page * page;
         if aligned == 0 {
             return;
         }
@@ -836,6 +878,7 @@ impl Scheduler {
     fn release(&mut self, id: RequestId, checkpoint: bool) {
         let owned = self.requests[id].owned_kv_len();
         if checkpoint {
+            self.requests[id].refresh_fill();
             self.insert_into_tree(id, owned);
         }
         let req = &mut self.requests[id];
@@ -928,6 +971,17 @@ impl Scheduler {
         if self.running.len() < initial {
             self.batch_is_full = false;
         }
+        self.prepare_for_decode();
+        Some(Batch {
+            kind: BatchKind::Decode,
+            requests: self.running.clone(),
+            chunked: None,
+            decoding: Vec::new(),
+        })
+    }
+
+    /// A KV slot for each running request's next token (`prepare_for_decode`).
+    fn prepare_for_decode(&mut self) {
         self.evict_to_free(self.running.len() * self.page());
         for id in self.running.clone() {
             let position = self.requests[id].kv_committed;
@@ -938,7 +992,6 @@ impl Scheduler {
             req.kv_allocated += 1;
             req.kv_committed += 1;
         }
-        Some(Batch { kind: BatchKind::Decode, requests: self.running.clone(), chunked: None })
     }
 
     fn reset_for_retract(&mut self, id: RequestId) {
@@ -967,7 +1020,7 @@ impl Scheduler {
             {
                 continue;
             }
-            if batch.kind == BatchKind::Extend {
+            if batch.kind != BatchKind::Decode {
                 if (req.finished.is_some() && req.inflight_middle_chunks <= 0) || req.is_retracted {
                     continue;
                 }
@@ -982,7 +1035,7 @@ impl Scheduler {
             if let Some(reason) = self.requests[id].finished {
                 self.release(id, true);
                 self.finished.push((id, reason, self.requests[id].output.len()));
-            } else if batch.kind == BatchKind::Extend {
+            } else if batch.kind != BatchKind::Decode && !batch.decoding.contains(&id) {
                 self.checkpoint(id);
             }
         }
