@@ -255,3 +255,28 @@ add(W("overlap-page-16-tight", "overlap + page_size 16 + tight pool", tight(19, 
 add(W("overlap-abort-running", "overlap: aborts of running requests",
       [dict(req(i, list(range(50 * i + 3, 50 * i + 33)), 30, i), abort=a)
        for i, a in enumerate([10, None, 12, 40, None])], overlap=True))
+
+
+# ---------------------------------------------------------------- rules a replay must pin
+
+def lpm_dedup():
+    """Three requests share a new 40-token prefix ahead of an unrelated one: the in-batch check
+    deprioritizes the second and third, so with two running slots lpm admits the first and the
+    unrelated one."""
+    rng = random.Random(26)
+    prefix = toks(rng, 40)
+    rs = [req(i, prefix + toks(rng, 6), 8, 0) for i in range(3)]
+    rs.append(req(3, toks(rng, 20), 8, 0))
+    return rs
+
+
+add(W("retract-ties", "retraction among equal output counts: two requests admitted in the same "
+      "pass under a decayed ratio, the one with the longer prompt goes first",
+      [req(0, list(range(3, 13)), 100, 0), req(1, list(range(100, 112)), 60, 10),
+       req(2, list(range(200, 220)), 60, 10)],
+      pool=200, decay_steps=2))
+add(W("lpm-in-batch-dedup", "lpm: requests sharing a new prefix with one ahead of them wait behind "
+      "an unrelated one", lpm_dedup(), policy="lpm", max_running=2))
+add(W("admission-boundary", "a request whose reservation equals what remains is refused (total < "
+      "remaining, NO_TOKEN)", [req(0, list(range(3, 23)), 10, 0), req(1, list(range(100, 130)), 38, 0)],
+      pool=100))
