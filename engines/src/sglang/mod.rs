@@ -3,8 +3,8 @@
 //! The radix cache ([`radix_cache`]) is proven operation by operation against the release's own
 //! `UnifiedRadixCache` (`tests/sglang_radix_oracle.rs`); the scheduler ([`scheduler`]) step by
 //! step against its own batch forming (`tests/sglang_oracle.rs`), for the normal and overlap
-//! loops, any page size, mixed chunk, and the fcfs, lof, lpm and dfs-weight policies (50 of the
-//! 52 recorded workloads; the two `random` ones follow Python's Mersenne Twister). Nothing routes requests to
+//! loops, any page size, mixed chunk, and the fcfs, lof, lpm and dfs-weight policies (53 of the
+//! 55 recorded workloads; the two `random` ones follow Python's Mersenne Twister). Nothing routes requests to
 //! it yet: no scenario can name an SGLang engine.
 
 pub mod radix_cache;
