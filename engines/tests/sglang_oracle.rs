@@ -158,7 +158,10 @@ fn replay(path: &Path) -> Result<Option<usize>, String> {
         got.insert("extend".into(), json!(extend));
         got.insert("decode".into(), json!(decode));
         got.insert("retracted".into(), json!(sched.retracted().iter().map(|&r| rid(r)).collect::<Vec<_>>()));
-        got.insert("oom_aborted".into(), json!([]));
+        got.insert(
+            "oom_aborted".into(),
+            json!(sched.oom_aborted().iter().map(|&r| rid(r)).collect::<Vec<_>>()),
+        );
         let chunk_aborts: Vec<String> = sched.chunked_aborted().iter().map(|&r| rid(r)).collect();
         got.insert("chunked_aborted".into(), json!(chunk_aborts));
         got.insert("ratio_formed".into(), json!(sched.new_token_ratio()));

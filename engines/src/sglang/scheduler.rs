@@ -246,6 +246,7 @@ pub struct Scheduler {
     ratio: f64,
     refresh_calls: u64,
     retracted: Vec<RequestId>,
+    oom_aborted: Vec<RequestId>,
     chunked_aborted: Vec<RequestId>,
     finished: Vec<(RequestId, Finish, usize)>,
     /// Batches launched and not yet applied (`result_queue`, overlap loop only).
@@ -272,6 +273,7 @@ impl Scheduler {
             last_batch: None,
             refresh_calls: 0,
             retracted: Vec::new(),
+            oom_aborted: Vec::new(),
             chunked_aborted: Vec::new(),
             finished: Vec::new(),
             result_queue: std::collections::VecDeque::new(),
@@ -372,6 +374,16 @@ impl Scheduler {
         &self.retracted
     }
 
+    /// The request the last pass aborted because it alone could not decode (`retract_decode`).
+    pub fn oom_aborted(&self) -> &[RequestId] {
+        &self.oom_aborted
+    }
+
+    /// How a request finished, if it has.
+    pub fn finish_of(&self, id: RequestId) -> Option<Finish> {
+        self.requests[id].finished
+    }
+
     /// The chunked request whose abort the last pass completed (`process_pending_chunked_abort`).
     pub fn chunked_aborted(&self) -> &[RequestId] {
         &self.chunked_aborted
@@ -420,6 +432,56 @@ impl Scheduler {
         false
     }
 
+    /// Every KV page is free, owned by the tree, or held by exactly one request (its row past
+    /// the tree-owned prefix), and the tree's sizes add up; the first broken rule, if any.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let page = self.config.page_size;
+        let mut owner: std::collections::BTreeMap<u32, String> = std::collections::BTreeMap::new();
+        let mut claim = |p: u32, who: String| match owner.insert(p, who.clone()) {
+            Some(other) if other != who => Err(format!("page {p} is both {other} and {who}")),
+            _ => Ok(()),
+        };
+        let distinct_free: std::collections::BTreeSet<u32> = self.slots.free_pages.iter().copied().collect();
+        if distinct_free.len() != self.slots.free_pages.len() {
+            return Err("a page is free twice".into());
+        }
+        for &p in &self.slots.free_pages {
+            claim(p, "free".into())?;
+        }
+        let mut tree_tokens = 0;
+        for node in self.tree.depth_first() {
+            tree_tokens += node.slots.len();
+            for &slot in node.slots {
+                claim(slot / page, "the tree's".into())?;
+            }
+        }
+        if tree_tokens != self.tree.evictable_size() + self.tree.protected_size() {
+            return Err(format!(
+                "the tree holds {tree_tokens} tokens, evictable {} + protected {}",
+                self.tree.evictable_size(),
+                self.tree.protected_size()
+            ));
+        }
+        let mut rows = 0;
+        for (id, r) in self.requests.iter().enumerate().filter(|(_, r)| r.has_row) {
+            rows += 1;
+            for &slot in &r.row[r.cache_protected_len.min(r.row.len())..] {
+                claim(slot / page, format!("request {id}'s"))?;
+            }
+        }
+        let pages = self.config.pool_tokens / page as usize;
+        if owner.len() != pages {
+            return Err(format!("{} of {pages} pages accounted for", owner.len()));
+        }
+        if rows + self.free_rows != self.config.req_pool_size {
+            return Err(format!(
+                "{rows} rows held and {} free of {}",
+                self.free_rows, self.config.req_pool_size
+            ));
+        }
+        Ok(())
+    }
+
     /// Record the batch just run as `last_batch` (the loop's `last_batch = batch`).
     pub fn set_last_batch(&mut self, batch: Option<Batch>) {
         self.last_batch = batch;
@@ -428,6 +490,7 @@ impl Scheduler {
     /// Form the next batch (`get_next_batch_to_run`).
     pub fn next_batch(&mut self) -> Option<Batch> {
         self.retracted.clear();
+        self.oom_aborted.clear();
         self.chunked_aborted.clear();
         self.process_pending_chunked_abort();
         let mut exclude: Vec<RequestId> = Vec::new();
@@ -958,6 +1021,17 @@ impl Scheduler {
                 self.reset_for_retract(victim);
                 self.retracted.push(victim);
             }
+            // The last request is never retracted; if it alone does not fit it is aborted.
+            if order.len() <= 1 {
+                let remaining: Vec<RequestId> = order.iter().map(|&i| batch[i]).collect();
+                if !self.decode_fits(&remaining) {
+                    let last = batch[order.pop().expect("one request left")];
+                    self.release(last, false);
+                    self.reset_for_retract(last);
+                    self.requests[last].finished = Some(Finish::Abort);
+                    self.oom_aborted.push(last);
+                }
+            }
             self.running = order.iter().map(|&i| batch[i]).collect();
             let decoded: usize = self.running.iter().map(|&r| self.requests[r].output.len()).sum();
             let max_new: usize = self.running.iter().map(|&r| self.requests[r].max_new_tokens).sum();
@@ -970,6 +1044,9 @@ impl Scheduler {
         }
         if self.running.len() < initial {
             self.batch_is_full = false;
+        }
+        if self.running.is_empty() {
+            return None;
         }
         self.prepare_for_decode();
         Some(Batch {
