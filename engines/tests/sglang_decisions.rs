@@ -5,25 +5,21 @@ use blis_engines::sglang::scheduler::{
     BatchKind, Finish, RequestId, SchedulePolicy, Scheduler, SchedulerConfig,
 };
 
+#[path = "support/sglang_config.rs"]
+mod sglang_config;
+use sglang_config::Knobs;
+
 fn config(pool: usize, policy: SchedulePolicy, max_running: usize, decay_steps: f64) -> SchedulerConfig {
-    SchedulerConfig {
+    sglang_config::config(Knobs {
         page_size: 1,
         pool_tokens: pool,
         chunked_prefill_size: Some(64),
-        max_prefill_tokens: 16_384,
         max_running,
-        req_pool_size: max_running,
-        max_req_len: pool - 1,
         policy,
-        // SGLANG_INIT_NEW_TOKEN_RATIO 0.7 and SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, as upstream
-        // computes them.
-        ratio_init: 0.7,
-        ratio_min: 0.7 * 0.14,
-        ratio_decay: (0.7 - 0.7 * 0.14) / decay_steps,
-        eos_token: 2,
+        decay_steps,
         overlap: false,
         mixed_chunk: false,
-    }
+    })
 }
 
 /// Run one normal-loop step: form, apply (outputs never EOS), record; the batch's requests.

@@ -3,8 +3,12 @@
 //! respects the chunk and running-request budgets, and every request ends — finished, retracted
 //! and finished later, or aborted — within a bounded number of steps, leaving the pool whole.
 
-use blis_engines::sglang::scheduler::{Batch, BatchKind, SchedulePolicy, Scheduler, SchedulerConfig};
+use blis_engines::sglang::scheduler::{Batch, BatchKind, SchedulePolicy, Scheduler};
 use proptest::prelude::*;
+
+#[path = "support/sglang_config.rs"]
+mod sglang_config;
+use sglang_config::Knobs;
 
 #[derive(Clone, Debug)]
 struct Arrival {
@@ -60,22 +64,16 @@ proptest! {
         arrivals in prop::collection::vec(arrival(), 1..14),
     ) {
         let pool = pages * page_size as usize;
-        let config = SchedulerConfig {
+        let config = sglang_config::config(Knobs {
             page_size,
             pool_tokens: pool,
             chunked_prefill_size: chunk,
-            max_prefill_tokens: 16_384,
             max_running,
-            req_pool_size: max_running,
-            max_req_len: pool - 1,
             policy,
-            ratio_init: 0.7,
-            ratio_min: 0.7 * 0.14,
-            ratio_decay: (0.7 - 0.7 * 0.14) / decay_steps,
-            eos_token: 2,
+            decay_steps,
             overlap,
             mixed_chunk: mixed && chunk.is_some(),
-        };
+        });
         let mut sched = Scheduler::new(config).expect("a valid page size");
         let mut ids = vec![None; arrivals.len()];
         let mut launched = false;
