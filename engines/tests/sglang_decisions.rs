@@ -120,3 +120,10 @@ fn under_lpm_a_request_sharing_a_new_prefix_with_one_ahead_waits_behind_an_unrel
     assert_eq!(admitted, vec![0, 3]);
     assert_eq!(sched.waiting(), &[1, 2]);
 }
+
+#[test]
+fn the_random_policy_is_refused_without_a_shuffle_source() {
+    let refused =
+        Scheduler::new(config(100, SchedulePolicy::Random, 4, 600.0)).expect_err("no shuffle source");
+    assert_eq!(refused.to_string(), "the random schedule policy needs a shuffle source");
+}

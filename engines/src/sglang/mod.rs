@@ -2,10 +2,9 @@
 //!
 //! The radix cache ([`radix_cache`]) is proven operation by operation against the release's own
 //! `UnifiedRadixCache` (`tests/sglang_radix_oracle.rs`); the scheduler ([`scheduler`]) step by
-//! step against its own batch forming (`tests/sglang_oracle.rs`), for the normal and overlap
-//! loops, any page size, mixed chunk, and the fcfs, lof, lpm and dfs-weight policies (53 of the
-//! 55 recorded workloads; the two `random` ones follow Python's Mersenne Twister). Nothing routes requests to
-//! it yet: no scenario can name an SGLang engine.
+//! step against its own batch forming (`tests/sglang_oracle.rs`): normal and overlap loops, any
+//! page size, mixed chunk, and the fcfs, lof, lpm, dfs-weight and random policies, all 55 recorded
+//! workloads. Nothing routes requests to it yet: no scenario can name an SGLang engine.
 
 pub mod radix_cache;
 pub mod scheduler;

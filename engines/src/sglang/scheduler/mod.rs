@@ -39,6 +39,8 @@ pub enum SchedulePolicy {
     Lpm,
     /// The radix tree's depth-first weight order (requests ending in heavier subtrees first).
     DfsWeight,
+    /// A fresh shuffle of the queue every pass.
+    Random,
 }
 
 /// What a scheduler instance is configured with, as the release resolves it.
@@ -124,8 +126,35 @@ pub struct ExtendRow {
     pub extend_len: usize,
 }
 
+/// Where the `random` policy's shuffles come from (upstream: `random.shuffle` on the process's
+/// global generator); a simulation passes a named substream, an oracle replay Python's own.
+pub trait QueueShuffle: std::fmt::Debug + Send {
+    /// Shuffle the waiting queue in place.
+    fn shuffle(&mut self, queue: &mut [RequestId]);
+}
+
+/// Why a scheduler cannot be built as configured.
+#[derive(Debug)]
+pub enum SchedulerError {
+    /// The radix cache refused its page size.
+    RadixCache(RadixCacheError),
+    /// `random` was asked for without a shuffle source ([`Scheduler::with_shuffle`]).
+    RandomWithoutShuffle,
+}
+
+impl std::fmt::Display for SchedulerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RadixCache(e) => write!(f, "{e}"),
+            Self::RandomWithoutShuffle => write!(f, "the random schedule policy needs a shuffle source"),
+        }
+    }
+}
+
+impl std::error::Error for SchedulerError {}
+
 /// The scheduler of one SGLang instance.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Scheduler {
     config: SchedulerConfig,
     tree: RadixCache,
@@ -146,12 +175,32 @@ pub struct Scheduler {
     finished: Vec<(RequestId, Finish, usize)>,
     /// Batches launched and not yet applied (`result_queue`, overlap loop only).
     result_queue: std::collections::VecDeque<Batch>,
+    shuffle: Option<Box<dyn QueueShuffle>>,
 }
 
 impl Scheduler {
-    /// An idle scheduler with an empty pool and tree.
-    pub fn new(config: SchedulerConfig) -> Result<Self, RadixCacheError> {
-        let tree = RadixCache::new(config.page_size, EvictionPolicy::Lru)?;
+    /// An idle scheduler with an empty pool and tree (any policy but `random`).
+    pub fn new(config: SchedulerConfig) -> Result<Self, SchedulerError> {
+        if config.policy == SchedulePolicy::Random {
+            return Err(SchedulerError::RandomWithoutShuffle);
+        }
+        Self::build(config, None)
+    }
+
+    /// An idle scheduler whose `random` policy draws its shuffles from `shuffle`.
+    pub fn with_shuffle(
+        config: SchedulerConfig,
+        shuffle: Box<dyn QueueShuffle>,
+    ) -> Result<Self, SchedulerError> {
+        Self::build(config, Some(shuffle))
+    }
+
+    fn build(
+        config: SchedulerConfig,
+        shuffle: Option<Box<dyn QueueShuffle>>,
+    ) -> Result<Self, SchedulerError> {
+        let tree =
+            RadixCache::new(config.page_size, EvictionPolicy::Lru).map_err(SchedulerError::RadixCache)?;
         let slots = SlotPool::new(config.pool_tokens, config.page_size);
         Ok(Self {
             ratio: config.ratio_init,
@@ -172,6 +221,7 @@ impl Scheduler {
             chunked_aborted: Vec::new(),
             finished: Vec::new(),
             result_queue: std::collections::VecDeque::new(),
+            shuffle,
         })
     }
 

@@ -25,6 +25,10 @@ impl Scheduler {
         };
         match active {
             SchedulePolicy::Fcfs => {}
+            SchedulePolicy::Random => {
+                let shuffle = self.shuffle.as_mut().expect("a random scheduler is built with a shuffle");
+                shuffle.shuffle(&mut self.waiting);
+            }
             SchedulePolicy::Lof => {
                 let requests = &self.requests;
                 self.waiting.sort_by_key(|&r| std::cmp::Reverse(requests[r].max_new_tokens));
