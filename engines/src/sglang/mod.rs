@@ -4,7 +4,10 @@
 //! `UnifiedRadixCache` (`tests/sglang_radix_oracle.rs`); the scheduler ([`scheduler`]) step by
 //! step against its own batch forming (`tests/sglang_oracle.rs`): normal and overlap loops, any
 //! page size, mixed chunk, and the fcfs, lof, lpm, dfs-weight and random policies, all 55 recorded
-//! workloads. Nothing routes requests to it yet: no scenario can name an SGLang engine.
+//! workloads. [`defaults`] holds the server arguments the release derives from the GPU and the
+//! CUDA graphs it captures. Nothing routes requests to it yet: no scenario can name an SGLang
+//! engine.
 
+pub mod defaults;
 pub mod radix_cache;
 pub mod scheduler;
