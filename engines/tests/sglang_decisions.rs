@@ -127,3 +127,42 @@ fn the_random_policy_is_refused_without_a_shuffle_source() {
         Scheduler::new(config(100, SchedulePolicy::Random, 4, 600.0)).expect_err("no shuffle source");
     assert_eq!(refused.to_string(), "the random schedule policy needs a shuffle source");
 }
+
+#[test]
+fn steps_are_shaped_as_the_release_runs_them_chunks_not_sampling_and_graphs_padding() {
+    use blis_contracts::{StepGraph, StepRequest, StepShape};
+    use blis_engines::sglang::defaults::{decode_graph_batch_sizes, prefill_graph_token_buckets};
+    use blis_engines::sglang::scheduler::GraphPolicy;
+
+    let mut c = config(400, SchedulePolicy::Fcfs, 16, 600.0);
+    c.chunked_prefill_size = Some(16);
+    let mut sched = Scheduler::new(c).expect("valid");
+    let graphs = GraphPolicy {
+        decode_sizes: decode_graph_batch_sizes(8, false),
+        prefill_buckets: prefill_graph_token_buckets(16),
+    };
+    sched.add_request(tokens(3, 20), 3);
+    sched.add_request(tokens(100, 10), 3);
+    let row = |new_tokens, context_tokens, samples| StepRequest { new_tokens, context_tokens, samples };
+    let mut shapes = Vec::new();
+    for _ in 0..3 {
+        let batch = sched.next_batch().expect("a batch");
+        let mut shape = StepShape::default();
+        sched.step_shape(&batch, &graphs, &mut shape);
+        shapes.push((shape.requests.clone(), shape.padded_tokens, shape.graph));
+        sched.process_result(&batch, |_, k| 1000 + k as u32);
+        sched.set_last_batch(Some(batch));
+    }
+    assert_eq!(
+        shapes,
+        vec![
+            // The first 16 of 20 prompt tokens: a middle chunk samples nothing; bucket 16.
+            (vec![row(16, 0, false)], 16, StepGraph::Piecewise),
+            // The last 4 tokens, then the second prompt whole in the 12 the chunk has left;
+            // 14 tokens replay the 16-token bucket.
+            (vec![row(4, 16, true), row(10, 0, true)], 16, StepGraph::Piecewise),
+            // Both decode their first output over their prompts; two rows replay size 2.
+            (vec![row(1, 20, true), row(1, 10, true)], 2, StepGraph::Full),
+        ]
+    );
+}

@@ -15,7 +15,10 @@ mod decode;
 mod kv;
 mod policy;
 mod request;
+mod shape;
 mod slot_pool;
+
+pub use shape::GraphPolicy;
 
 use super::radix_cache::{EvictionPolicy, NodeId, ROOT, RadixCache, RadixCacheError};
 use request::Request;
