@@ -152,9 +152,8 @@ impl Scheduler {
 
     pub(super) fn init_next_round_input(&mut self, id: RequestId) {
         self.requests[id].refresh_fill();
-        let fill = self.requests[id].fill_ids.clone();
-        let limit = fill.len().saturating_sub(1);
-        let found = self.tree.match_prefix(&fill[..limit]);
+        let fill = &self.requests[id].fill_ids;
+        let found = self.tree.match_prefix(&fill[..fill.len().saturating_sub(1)]);
         let req = &mut self.requests[id];
         req.prefix_len = found.prefix_len;
         req.last_node = found.node;
@@ -177,63 +176,68 @@ impl Scheduler {
         truncated.then_some(id)
     }
 
+    /// `PrefillAdder.add_one_req`: admit `id` whole or as a first chunk, holding a temporary
+    /// lock on its matched prefix while checking (so that prefix does not count as evictable).
     pub(super) fn add_one(&mut self, adder: &mut Adder, id: RequestId) -> AddResult {
-        let page = self.page();
-        let (prefix_len, candidate, remaining_new, max_new_tokens, last_node) = {
-            let r = &self.requests[id];
-            (
-                r.prefix_len,
-                r.fill_ids.len() - r.prefix_len,
-                r.max_new_tokens.saturating_sub(r.output.len()).min(CLIP_MAX_NEW_TOKENS),
-                r.max_new_tokens,
-                r.last_node,
-            )
-        };
-        let total_tokens = (candidate + remaining_new + page) as f64;
+        let last_node = self.requests[id].last_node;
         self.tree.lock(last_node);
-        let verdict = (|| {
-            if total_tokens >= self.available_and_evictable() - adder.total_offset {
-                return Err(AddResult::NoToken);
+        let admission = self.select_admission(adder, id);
+        if let Ok(admission) = admission {
+            let req = &mut self.requests[id];
+            req.extend_end = req.prefix_len + admission.extend;
+            req.lock = Some(last_node);
+            self.tree.lock(last_node);
+            adder.can_run.push(id);
+            if admission.chunked {
+                adder.new_chunked = Some(id);
             }
-            let input_tokens = self.ceil_page(candidate) as i64;
-            if adder.rem_chunk.is_none() && !adder.can_run.is_empty() && input_tokens >= adder.rem_input {
-                return Err(AddResult::Other);
-            }
-            let mut extend = candidate;
-            let mut reserve_new = max_new_tokens.min(CLIP_MAX_NEW_TOKENS);
-            let mut chunked = false;
-            if let Some(chunk) = adder.rem_chunk
-                && input_tokens > chunk
-            {
-                let len = (chunk.max(0) as usize) / page * page;
-                let end = (prefix_len + len) / page * page;
-                if end <= prefix_len {
-                    return Err(AddResult::Other);
-                }
-                extend = end - prefix_len;
-                reserve_new = 0;
-                chunked = true;
-            }
-            Ok((extend, reserve_new, chunked))
-        })();
-        let outcome = match verdict {
-            Err(result) => Err(result),
-            Ok((extend, reserve_new, chunked)) => {
-                self.requests[id].extend_end = prefix_len + extend;
-                self.tree.lock(last_node);
-                self.requests[id].lock = Some(last_node);
-                adder.can_run.push(id);
-                if chunked {
-                    adder.new_chunked = Some(id);
-                }
-                self.reserve(adder, extend, reserve_new);
-                Ok(())
-            }
-        };
+            self.reserve(adder, admission.extend, admission.reserve_new);
+        }
         self.tree.unlock(last_node);
-        match outcome {
+        match admission {
             Err(result) => result,
-            Ok(()) => self.budget_state(adder),
+            Ok(_) => self.budget_state(adder),
         }
     }
+
+    /// `_select_prefill_admission`: the shape `id` would be admitted with, or why not.
+    fn select_admission(&self, adder: &Adder, id: RequestId) -> Result<Admission, AddResult> {
+        let page = self.page();
+        let r = &self.requests[id];
+        let candidate = r.fill_ids.len() - r.prefix_len;
+        let remaining_new = r.max_new_tokens.saturating_sub(r.output.len()).min(CLIP_MAX_NEW_TOKENS);
+        let total_tokens = (candidate + remaining_new + page) as f64;
+        if total_tokens >= self.available_and_evictable() - adder.total_offset {
+            return Err(AddResult::NoToken);
+        }
+        let input_tokens = self.ceil_page(candidate) as i64;
+        if adder.rem_chunk.is_none() && !adder.can_run.is_empty() && input_tokens >= adder.rem_input {
+            return Err(AddResult::Other);
+        }
+        let whole = Admission {
+            extend: candidate,
+            reserve_new: r.max_new_tokens.min(CLIP_MAX_NEW_TOKENS),
+            chunked: false,
+        };
+        match adder.rem_chunk {
+            Some(chunk) if input_tokens > chunk => {
+                let len = (chunk.max(0) as usize) / page * page;
+                let end = (r.prefix_len + len) / page * page;
+                if end <= r.prefix_len {
+                    return Err(AddResult::Other);
+                }
+                Ok(Admission { extend: end - r.prefix_len, reserve_new: 0, chunked: true })
+            }
+            _ => Ok(whole),
+        }
+    }
+}
+
+/// How a request is admitted: the tokens it computes now, the new tokens reserved for it, and
+/// whether more chunks follow.
+#[derive(Clone, Copy, Debug)]
+struct Admission {
+    extend: usize,
+    reserve_new: usize,
+    chunked: bool,
 }

@@ -59,9 +59,7 @@ impl Scheduler {
                 }
                 first = false;
                 let victim = batch[order.pop().expect("more than one request")];
-                self.release(victim, false);
-                self.evict_to_free(order.len() * RETRACT_DECODE_STEPS);
-                self.reset_for_retract(victim);
+                self.release_for_retract(victim, order.len());
                 self.retracted.push(victim);
             }
             // The last request is never retracted; if it alone does not fit it is aborted.
@@ -69,8 +67,7 @@ impl Scheduler {
                 let remaining: Vec<RequestId> = order.iter().map(|&i| batch[i]).collect();
                 if !self.decode_fits(&remaining) {
                     let last = batch[order.pop().expect("one request left")];
-                    self.release(last, false);
-                    self.reset_for_retract(last);
+                    self.release_for_retract(last, 0);
                     self.requests[last].finished = Some(Finish::Abort);
                     self.oom_aborted.push(last);
                 }
@@ -100,7 +97,12 @@ impl Scheduler {
         })
     }
 
-    pub(super) fn reset_for_retract(&mut self, id: RequestId) {
+    /// `release_req`: free a request's row without caching it, evict from the tree until the
+    /// `remaining` requests have `RETRACT_DECODE_STEPS` tokens each of headroom, and reset it
+    /// for a later re-prefill (`reset_for_retract`).
+    fn release_for_retract(&mut self, id: RequestId, remaining: usize) {
+        self.release(id, false);
+        self.evict_to_free(remaining * RETRACT_DECODE_STEPS);
         let req = &mut self.requests[id];
         req.prefix_len = 0;
         req.last_node = ROOT;

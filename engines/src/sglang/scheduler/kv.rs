@@ -64,27 +64,27 @@ impl Scheduler {
 
     pub(super) fn insert_into_tree(&mut self, id: RequestId, up_to: usize) {
         let page = self.page();
-        let fill = self.requests[id].fill_ids.clone();
-        let tokens = &fill[..up_to.min(fill.len())];
+        let req = &self.requests[id];
+        let tokens = &req.fill_ids[..up_to.min(req.fill_ids.len())];
         let aligned = tokens.len() / page * page;
         if aligned == 0 {
             return;
         }
-        let values = self.requests[id].row[..aligned].to_vec();
+        let values = &req.row[..aligned];
         let owner = Inserter {
-            prev_prefix_len: self.requests[id].cache_protected_len,
-            inserted_len: self.requests[id].cache_inserted_len,
+            prev_prefix_len: req.cache_protected_len,
+            inserted_len: req.cache_inserted_len,
             priority: 0,
         };
         let mut freed = Vec::new();
-        let inserted = self.tree.insert(tokens, &values, owner, &mut freed);
-        let req = &mut self.requests[id];
-        req.cache_inserted_len = req.cache_inserted_len.max(aligned);
+        let inserted = self.tree.insert(tokens, values, owner, &mut freed);
         let prompt = req.origin.len() / page * page;
         if 0 < prompt && prompt < aligned {
             let again = Inserter { prev_prefix_len: prompt, inserted_len: prompt, priority: 1 };
             self.tree.insert(&tokens[..prompt], &values[..prompt], again, &mut freed);
         }
+        let req = &mut self.requests[id];
+        req.cache_inserted_len = req.cache_inserted_len.max(aligned);
         self.slots.give_back(&freed);
         let mut path = Vec::new();
         self.tree.prefix_slots(inserted.node, &mut path);
