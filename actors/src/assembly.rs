@@ -13,6 +13,7 @@ use blis_contracts::{
     ServingSettings,
 };
 use blis_costmodel::{CostData, Pricer};
+use blis_engines::sglang::{self, SGLANG_VERSION, SglangArgs, SglangEngine};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
 use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};
 use serde_json::json;
@@ -24,6 +25,7 @@ use crate::ledger::CallLedger;
 use crate::message::ClusterMessage;
 use crate::pd_guard::PoolRole;
 use crate::router_host::{LlmdWiring, RouterHost};
+use crate::sglang_host::{SeededShuffle, SglangHost};
 use crate::workload;
 
 /// An assembled cluster, ready to run.
@@ -54,15 +56,106 @@ struct PlannedPool {
     model: Arc<str>,
     labels: std::collections::BTreeMap<String, String>,
     replicas: u32,
-    plan: vllm::VllmPlan,
+    engine: PlannedEngine,
     chip: blis_costmodel::Chip,
     vocab_size: u32,
+}
+
+/// A pool's engine, planned.
+enum PlannedEngine {
+    Vllm(Box<vllm::VllmPlan>),
+    Sglang(Box<sglang::SglangPlan>),
 }
 
 impl PlannedPool {
     /// Whether its instances run NixlConnector (prefill/decode disaggregation).
     fn nixl(&self) -> bool {
-        self.plan.config.nixl.is_some()
+        matches!(&self.engine, PlannedEngine::Vllm(plan) if plan.config.nixl.is_some())
+    }
+
+    /// The offloading connector's settings, when its instances offload KV blocks.
+    fn offload(&self) -> Option<blis_engines::vllm::connector::OffloadConfig> {
+        match &self.engine {
+            PlannedEngine::Vllm(plan) => plan.config.offload,
+            PlannedEngine::Sglang(_) => None,
+        }
+    }
+
+    /// The plan shared with the cost model.
+    fn pool_plan(&self) -> &blis_contracts::PoolPlan {
+        match &self.engine {
+            PlannedEngine::Vllm(plan) => &plan.pool,
+            PlannedEngine::Sglang(plan) => &plan.pool,
+        }
+    }
+
+    /// The tensor-parallel degree, and the argument that sets it.
+    fn tensor_parallel(&self) -> (u32, &'static str) {
+        match &self.engine {
+            PlannedEngine::Vllm(plan) => (plan.config.tensor_parallel_size, "tensor_parallel_size"),
+            PlannedEngine::Sglang(plan) => (plan.config.tp_size, "tp_size"),
+        }
+    }
+
+    /// Its engine's resolved record: kind, configuration, memory arithmetic and plan.
+    fn engine_record(&self) -> serde_json::Value {
+        match &self.engine {
+            PlannedEngine::Vllm(plan) => json!({
+                "kind": "vllm",
+                "config": plan.config,
+                "kv_budget": plan.budget,
+                "plan": plan.pool,
+            }),
+            PlannedEngine::Sglang(plan) => json!({
+                "kind": "sglang",
+                "config": plan.config,
+                "kv_pool": plan.budget,
+                "plan": plan.pool,
+            }),
+        }
+    }
+
+    /// The serving settings the `calls.jsonl` header records (SGLang's under vLLM's names:
+    /// `max_running_requests` as `max_num_seqs`, the chunk as `max_num_batched_tokens`,
+    /// `context_length` as `max_model_len`, `page_size` as `block_size`, the radix cache as
+    /// prefix caching, `mem_fraction_static` as `gpu_memory_utilization`).
+    fn serving(&self) -> ServingSettings {
+        match &self.engine {
+            PlannedEngine::Vllm(plan) => {
+                let config = &plan.config;
+                ServingSettings {
+                    engine: "vllm".to_owned(),
+                    engine_version: config.version.clone(),
+                    replicas: self.replicas,
+                    tensor_parallel_size: config.tensor_parallel_size,
+                    max_num_seqs: config.max_num_seqs,
+                    max_num_batched_tokens: config.max_num_batched_tokens,
+                    max_model_len: config.max_model_len,
+                    block_size: config.block_size,
+                    enable_prefix_caching: config.enable_prefix_caching,
+                    enable_chunked_prefill: config.enable_chunked_prefill,
+                    gpu_memory_utilization: config.gpu_memory_utilization,
+                    scheduling_policy: config.scheduling_policy.clone(),
+                }
+            }
+            PlannedEngine::Sglang(plan) => {
+                let config = &plan.config;
+                ServingSettings {
+                    engine: "sglang".to_owned(),
+                    engine_version: config.version.clone(),
+                    replicas: self.replicas,
+                    tensor_parallel_size: config.tp_size,
+                    max_num_seqs: config.max_running_requests,
+                    max_num_batched_tokens: config.chunked_prefill_size.unwrap_or(config.max_prefill_tokens),
+                    max_model_len: config.context_length,
+                    block_size: config.page_size,
+                    enable_prefix_caching: true,
+                    enable_chunked_prefill: config.chunked_prefill_size.is_some(),
+                    gpu_memory_utilization: config.mem_fraction_static,
+                    scheduling_policy: config.schedule_policy.clone(),
+                }
+            }
+        }
     }
 }
 
@@ -141,7 +234,13 @@ pub fn assemble(
         let path = format!("cluster.pools[{i}]");
         let chip = data.catalog.chip(&pool.hardware.chip, &format!("{path}.hardware.chip"))?.clone();
         let model = &data.catalog.model(&pool.model, &format!("{path}.model"))?.architecture;
-        match pool.engine.kind {
+        let device = DeviceClass { name: &chip.name, capacity_bytes: chip.hbm_capacity.value as u64 };
+        let registry = &data.registry;
+        let pricer = |p: &blis_contracts::PoolPlan| -> Box<dyn blis_contracts::Environment> {
+            Box::new(Pricer::new(&chip, p, registry))
+        };
+        let args_path = format!("{path}.engine.args");
+        let engine = match pool.engine.kind {
             EngineKind::Vllm if pool.engine.version != VLLM_VERSION => {
                 return Err(FieldError::new(
                     format!("{path}.engine.version"),
@@ -149,20 +248,36 @@ pub fn assemble(
                     format!("this build models vLLM {VLLM_VERSION} only"),
                 ));
             }
-            EngineKind::Vllm => {}
+            EngineKind::Sglang if pool.engine.version != SGLANG_VERSION => {
+                return Err(FieldError::new(
+                    format!("{path}.engine.version"),
+                    &pool.engine.version,
+                    format!("this build models SGLang {SGLANG_VERSION} only"),
+                ));
+            }
+            EngineKind::Vllm => {
+                let args = VllmArgs::from_yaml(&pool.engine.args, &args_path)?;
+                let (plan, _) = vllm::plan(&args, model, device, pricer, &path)?;
+                PlannedEngine::Vllm(Box::new(plan))
+            }
+            EngineKind::Sglang => {
+                let args = SglangArgs::from_yaml(&pool.engine.args, &args_path)?;
+                let device = sglang::Device { name: &chip.name, capacity_bytes: device.capacity_bytes };
+                let (plan, _) = sglang::plan(&args, model, device, pricer, &path)?;
+                PlannedEngine::Sglang(Box::new(plan))
+            }
+        };
+        let mut labels = pool.labels.clone();
+        if let PlannedEngine::Sglang(_) = engine {
+            engine_type_label(&mut labels, &path)?;
         }
-        let args = VllmArgs::from_yaml(&pool.engine.args, &format!("{path}.engine.args"))?;
-        let device = DeviceClass { name: &chip.name, capacity_bytes: chip.hbm_capacity.value as u64 };
-        let registry = &data.registry;
-        let (plan, _) =
-            vllm::plan(&args, model, device, |p| Box::new(Pricer::new(&chip, p, registry)), &path)?;
         pools.push(PlannedPool {
             index: i,
             name: pool.name.clone(),
             model: Arc::from(pool.model.as_str()),
-            labels: pool.labels.clone(),
+            labels,
             replicas: pool.replicas,
-            plan,
+            engine,
             vocab_size: model.vocab_size,
             chip,
         });
@@ -170,7 +285,7 @@ pub fn assemble(
 
     let longest = pools
         .iter()
-        .map(|p| p.plan.pool.model.max_position_embeddings)
+        .map(|p| p.pool_plan().model.max_position_embeddings)
         .max()
         .expect("a validated scenario has pools");
     check_lengths(scenario, longest)?;
@@ -244,8 +359,22 @@ pub fn assemble(
         .collect();
     assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
     for (index, (id, name, pool)) in engines.iter().enumerate() {
-        let environment = Box::new(Pricer::new(&pool.chip, &pool.plan.pool, &data.registry));
-        let mut engine = VllmEngine::new(pool.plan.clone(), environment);
+        let environment = Box::new(Pricer::new(&pool.chip, pool.pool_plan(), &data.registry));
+        let plan = match &pool.engine {
+            PlannedEngine::Vllm(plan) => plan,
+            PlannedEngine::Sglang(plan) => {
+                let shuffle = SeededShuffle::new(streams.stream(name, "sglang-shuffle", ""));
+                let mut engine = SglangEngine::new(sglang::SglangPlan::clone(plan), environment, Box::new(shuffle))
+                    .map_err(|e| FieldError::at(format!("cluster.pools[{}].engine.args", pool.index), e.to_string()))?;
+                if options.fault == Some(Fault::LeakKvBlock) {
+                    engine.inject_kv_leak();
+                }
+                let host = SglangHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some());
+                assembly.install(*id, host).map_err(install_error)?;
+                continue;
+            }
+        };
+        let mut engine = VllmEngine::new(vllm::VllmPlan::clone(plan), environment);
         if options.fault == Some(Fault::LeakKvBlock) {
             engine.inject_kv_leak();
         }
@@ -313,14 +442,9 @@ pub fn assemble(
             "name": p.name,
             "replicas": p.replicas,
             "chip": p.chip,
-            "model": p.plan.pool.model,
-            "pricing": Pricer::new(&p.chip, &p.plan.pool, &data.registry).resolved().entries(),
-            "engine": {
-                "kind": "vllm",
-                "config": p.plan.config,
-                "kv_budget": p.plan.budget,
-                "plan": p.plan.pool,
-            },
+            "model": p.pool_plan().model,
+            "pricing": Pricer::new(&p.chip, p.pool_plan(), &data.registry).resolved().entries(),
+            "engine": p.engine_record(),
             });
             // Labels appear only when given, so label-free scenarios keep their records.
             if !p.labels.is_empty() {
@@ -332,33 +456,13 @@ pub fn assemble(
     });
     let served = pools
         .iter()
-        .map(|p| {
-            let config = &p.plan.config;
-            ServedPool {
-                model: p.model.to_string(),
-                chip: p.chip.name.clone(),
-                serving: ServingSettings {
-                    engine: "vllm".to_owned(),
-                    engine_version: config.version.clone(),
-                    replicas: p.replicas,
-                    tensor_parallel_size: config.tensor_parallel_size,
-                    max_num_seqs: config.max_num_seqs,
-                    max_num_batched_tokens: config.max_num_batched_tokens,
-                    max_model_len: config.max_model_len,
-                    block_size: config.block_size,
-                    enable_prefix_caching: config.enable_prefix_caching,
-                    enable_chunked_prefill: config.enable_chunked_prefill,
-                    gpu_memory_utilization: config.gpu_memory_utilization,
-                    scheduling_policy: config.scheduling_policy.clone(),
-                },
-            }
-        })
+        .map(|p| ServedPool { model: p.model.to_string(), chip: p.chip.name.clone(), serving: p.serving() })
         .collect();
     let mut resolved = resolved;
     if let Some(fabric) = fabric_record {
         resolved["fabric"] = json!(fabric);
     }
-    let mut identities: Vec<EngineIdentity> = pools.iter().map(|p| p.plan.pool.engine.clone()).collect();
+    let mut identities: Vec<EngineIdentity> = pools.iter().map(|p| p.pool_plan().engine.clone()).collect();
     identities.sort();
     identities.dedup();
     Ok(AssembledCluster {
@@ -373,6 +477,31 @@ pub fn assemble(
     })
 }
 
+/// Label an SGLang pool's pods `llm-d.ai/engine-type: sglang`, as a deployment must for llm-d's
+/// metrics extractor to read SGLang's metric names; a label that names another engine is refused
+/// (the router would read vLLM's names and see an idle pod).
+fn engine_type_label(
+    labels: &mut std::collections::BTreeMap<String, String>,
+    path: &str,
+) -> Result<(), FieldError> {
+    use blis_router::endpoint::{ENGINE_TYPE_FALLBACK_LABEL, ENGINE_TYPE_LABEL};
+    for label in [ENGINE_TYPE_LABEL, ENGINE_TYPE_FALLBACK_LABEL] {
+        if let Some(value) = labels.get(label) {
+            if value != "sglang" {
+                return Err(FieldError::new(
+                    format!("{path}.labels.{label}"),
+                    value,
+                    "an SGLang pool's pods must name engine type sglang, or llm-d's metrics extractor reads \
+                     vLLM's metric names from them and sees idle pods",
+                ));
+            }
+            return Ok(());
+        }
+    }
+    labels.insert(ENGINE_TYPE_LABEL.to_owned(), "sglang".to_owned());
+    Ok(())
+}
+
 /// Every NIXL instance by its engine id (the one its `kv_transfer_config` gives, else its name, as
 /// vLLM draws a fresh one per instance): its host and its GPUs. Two instances with one engine id
 /// are refused: a decode instance could not tell which to read from.
@@ -383,7 +512,8 @@ fn nixl_peers(
     let mut peers = std::collections::BTreeMap::new();
     let Some(placement) = placement else { return Ok(peers) };
     for (index, (id, name, pool)) in engines.iter().enumerate() {
-        let Some(nixl) = &pool.plan.config.nixl else { continue };
+        let PlannedEngine::Vllm(plan) = &pool.engine else { continue };
+        let Some(nixl) = &plan.config.nixl else { continue };
         let engine_id: Arc<str> = Arc::from(nixl.engine_id.as_deref().unwrap_or(name));
         let (first, count, _) = placement.gpus[index];
         if peers.insert(engine_id.clone(), (*id, Endpoint::Gpus { first, count })).is_some() {
@@ -412,7 +542,7 @@ fn place_on_fabric(
     pools: &[PlannedPool],
     data: &CostData,
 ) -> Result<Option<Placement>, FieldError> {
-    let offloads = pools.iter().any(|p| p.plan.config.offload.is_some() || p.nixl());
+    let offloads = pools.iter().any(|p| p.offload().is_some() || p.nixl());
     if !offloads && scenario.cluster.fabric.is_none() {
         return Ok(None);
     }
@@ -423,10 +553,10 @@ fn place_on_fabric(
     let mut host_used = vec![0.0f64; spec.nodes as usize];
     let mut next = 0u32;
     for (i, pool) in pools.iter().enumerate() {
-        let tp = pool.plan.config.tensor_parallel_size;
+        let (tp, tp_field) = pool.tensor_parallel();
         if tp > spec.gpus_per_node {
             return Err(FieldError::new(
-                format!("cluster.pools[{i}].engine.args.tensor_parallel_size"),
+                format!("cluster.pools[{i}].engine.args.{tp_field}"),
                 tp,
                 format!(
                     "an instance's GPUs sit in one node, and the fabric's nodes have {} GPUs",
@@ -451,7 +581,7 @@ fn place_on_fabric(
             let node = topology.node_of(next);
             gpus.push((next, tp, node));
             next += tp;
-            if let Some(offload) = pool.plan.config.offload {
+            if let Some(offload) = pool.offload() {
                 host_used[node as usize] += offload.cpu_bytes_to_use;
                 let capacity = topology.host_memory_bytes();
                 if host_used[node as usize] > capacity {

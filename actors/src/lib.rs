@@ -2,9 +2,9 @@
 //!
 //! A request's path is client → router → engine → router → client, as messages under the
 //! kernel's virtual clock, per request and never per token. [`Client`]s generate calls;
-//! the [`RouterHost`] picks an engine for each; each [`EngineHost`] adapts one engine instance
-//! (a plain state machine from `blis-engines`) to messages and prices its steps through the cost
-//! model. [`assemble`] turns a scenario into these actors; [`run`] runs it and accounts for every
+//! the [`RouterHost`] picks an engine for each; each [`EngineHost`] (vLLM) or [`SglangHost`]
+//! adapts one engine instance (a plain state machine from `blis-engines`) to messages and prices
+//! its steps through the cost model. [`assemble`] turns a scenario into these actors; [`run`] runs it and accounts for every
 //! request's fate.
 //!
 //! Beside the actors and their assembly, [`experiment`] holds the experiments over runs:
@@ -24,6 +24,7 @@ mod metrics;
 mod pd_guard;
 mod router_host;
 mod run;
+mod sglang_host;
 pub mod stats;
 pub mod swarm;
 mod tally;
@@ -38,6 +39,7 @@ pub use ledger::CallLedger;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage, TransferDone, TransferStart};
 pub use metrics::{Figures, Summary};
 pub use router_host::RouterHost;
+pub use sglang_host::SglangHost;
 pub use run::{
     DEFAULT_SEED, Observers, Progress, RunError, RunOptions, RunOutput, request_key, run, run_observed,
     timeline_group,

@@ -44,6 +44,7 @@ pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
     BuildRecord, DataRecord, DisaggregationRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord,
+    SglangRecord,
     LatencySummary, Metrics, OffloadRecord, OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord,
     RunResult, ScenarioRecord, SimulationRecord, SpreadRecord, ValidityRecord,
 };

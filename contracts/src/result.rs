@@ -168,6 +168,24 @@ pub struct InstanceRecord {
     /// Prefill/decode disaggregation, when the instance runs NixlConnector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<DisaggregationRecord>,
+    /// The SGLang scheduler's counters, when the instance is SGLang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sglang: Option<SglangRecord>,
+}
+
+/// What an SGLang instance's scheduler did over a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SglangRecord {
+    /// Prefill (extend) batches run.
+    pub extend_batches: u64,
+    /// Decode batches run.
+    pub decode_batches: u64,
+    /// Mixed batches run (`enable_mixed_chunk`).
+    pub mixed_batches: u64,
+    /// Requests retracted when a decode step did not fit (`sglang:num_retracted_requests_total`).
+    pub retractions: u64,
+    /// Requests aborted because the last running one did not fit a decode step.
+    pub out_of_memory_aborts: u64,
 }
 
 /// What a NixlConnector instance did for prefill/decode disaggregation over a run.

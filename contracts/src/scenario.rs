@@ -248,6 +248,8 @@ fn empty_mapping() -> YamlValue {
 pub enum EngineKind {
     /// vLLM (V1 engine).
     Vllm,
+    /// SGLang.
+    Sglang,
 }
 
 impl EngineKind {
@@ -255,6 +257,7 @@ impl EngineKind {
     pub fn as_str(self) -> &'static str {
         match self {
             EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
         }
     }
 }

@@ -6,5 +6,6 @@
 //! SGLang port ([`sglang`]) models release 0.5.23's scheduler and radix cache, not yet priced
 //! or wired into the cluster.
 
+pub mod fields;
 pub mod sglang;
 pub mod vllm;

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use blis_engines::sglang::radix_cache::EvictionPolicy;
 use blis_engines::sglang::scheduler::{
     Batch, BatchKind, Finish, RequestId, SchedulePolicy, Scheduler, SchedulerConfig,
 };
@@ -61,6 +62,7 @@ fn config(header: &Value) -> SchedulerConfig {
         eos_token: u(&c["eos_token_id"]) as u32,
         overlap: c["overlap"].as_bool().expect("overlap"),
         mixed_chunk: c["enable_mixed_chunk"].as_bool().expect("enable_mixed_chunk"),
+        eviction: EvictionPolicy::Lru,
     }
 }
 

@@ -169,7 +169,9 @@ impl Router {
 
     /// Take in a scrape of `endpoint` arriving at `now_us`, through the configured extractors.
     pub fn record_scrape(&mut self, endpoint: EndpointIndex, scrape: &Scrape, now_us: u64) {
-        self.endpoints[endpoint as usize].metrics.apply(scrape, now_us);
+        let endpoint = &mut self.endpoints[endpoint as usize];
+        let engine = endpoint.engine_type();
+        endpoint.metrics.apply(scrape, engine, now_us);
     }
 
     /// Decide where `request` goes among `candidates` (the endpoints serving its model, in

@@ -26,6 +26,6 @@ pub mod view;
 
 pub use config::{ConfigError, LoadOptions, RouterConfig, load};
 pub use cycle::{Decision, Router, RouterRng};
-pub use endpoint::{Endpoint, EndpointIndex, EndpointMetrics, Scrape};
+pub use endpoint::{Endpoint, EndpointIndex, EndpointMetrics, EngineType, Scrape};
 pub use request::RoutingRequest;
 pub use round_robin::RoundRobin;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use blis_router::{EndpointMetrics, Scrape};
+use blis_router::{EndpointMetrics, EngineType, Scrape};
 use common::*;
 use serde_json::json;
 
@@ -13,10 +13,11 @@ use serde_json::json;
 #[test]
 fn extractor_extract() {
     let mut metrics = EndpointMetrics::default();
-    metrics.apply(&Scrape::default(), 1_000);
+    metrics.apply(&Scrape::default(), EngineType::Vllm, 1_000);
     assert_eq!(metrics, EndpointMetrics::default(), "nothing extracted, nothing stamped");
     metrics.apply(
         &Scrape { samples: vec![("vllm:num_requests_waiting".into(), 5.0)], cache_config: None },
+        EngineType::Vllm,
         2_000,
     );
     assert_eq!((metrics.waiting_queue_size, metrics.update_time_us), (5, Some(2_000)));
@@ -28,7 +29,7 @@ fn extractor_extract() {
         ],
         cache_config: Some((16, 1024)),
     };
-    metrics.apply(&full, 3_000);
+    metrics.apply(&full, EngineType::Vllm, 3_000);
     assert_eq!(
         metrics,
         EndpointMetrics {

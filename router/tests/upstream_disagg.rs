@@ -413,7 +413,7 @@ fn pd_schedule() {
     let pod = |name: &str, role: Option<&str>, queue: u64| {
         let labels: Vec<(&str, &str)> = role.map(|r| ("llm-d.ai/role", r)).into_iter().collect();
         let mut e = endpoint(name, &labels);
-        e.metrics.apply(&scrape(queue, 0, 0.0), 0);
+        e.metrics.apply(&scrape(queue, 0, 0.0), blis_router::EngineType::Vllm, 0);
         e
     };
     // 0: endpoint1 (prefill), 1: endpoint2 (decode), 2: noRoleEndpoint1 (queue 2).

@@ -25,7 +25,7 @@ fn detector(params: Value) -> UtilizationDetector {
 fn pod(name: &str, reading: Option<(u64, f64, u64)>) -> Endpoint {
     let mut e = endpoint(&format!("ns1/{name}"), &[]);
     if let Some((q, kv, age_ms)) = reading {
-        e.metrics.apply(&scrape(q, 0, kv), NOW - age_ms * 1000);
+        e.metrics.apply(&scrape(q, 0, kv), blis_router::EngineType::Vllm, NOW - age_ms * 1000);
     }
     e
 }

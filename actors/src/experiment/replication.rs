@@ -16,6 +16,7 @@ use crate::assembly::{AssemblyOptions, assemble};
 use crate::calls_out::CallsOut;
 use crate::client::Client;
 use crate::engine_host::EngineHost;
+use crate::sglang_host::SglangHost;
 use crate::message::ClusterMessage;
 use crate::run::{Observers, Progress, RunError};
 use crate::stats::overload::OverloadWatch;
@@ -189,24 +190,48 @@ pub fn run_replication(
     let mut started = Vec::new();
     let mut instances = Vec::new();
     for &id in &cluster.engines {
-        let host = finished.take_actor::<EngineHost>(id).expect("engine ids hold engine hosts");
+        if let Some(host) = finished.take_actor::<EngineHost>(id) {
+            let counters = host.engine().counters();
+            let metrics = host.engine().metrics();
+            let (kv_usage_mean, kv_usage_peak) = host.kv_usage(end_time);
+            instances.push(InstanceRecord {
+                name: host.name().to_owned(),
+                steps: counters.steps,
+                preemptions: counters.preemptions,
+                prefix_cache_queries: metrics.prefix_cache_queries,
+                prefix_cache_hits: metrics.prefix_cache_hits,
+                kv_usage_mean,
+                kv_usage_peak,
+                offload: host.engine().offload_record(),
+                disaggregation: host.disaggregation_record(),
+                sglang: None,
+            });
+            engine_steps += counters.steps;
+            priced.merge(host.priced());
+            started.extend(host.engine().scheduler().held().filter(|&(_, s)| s).map(|(key, _)| key));
+            started.extend_from_slice(host.answered());
+            continue;
+        }
+        let host = finished.take_actor::<SglangHost>(id).expect("engine ids hold engine hosts");
         let counters = host.engine().counters();
-        let metrics = host.engine().metrics();
+        let record = host.record();
+        let steps = record.extend_batches + record.decode_batches + record.mixed_batches;
         let (kv_usage_mean, kv_usage_peak) = host.kv_usage(end_time);
         instances.push(InstanceRecord {
             name: host.name().to_owned(),
-            steps: counters.steps,
-            preemptions: counters.preemptions,
-            prefix_cache_queries: metrics.prefix_cache_queries,
-            prefix_cache_hits: metrics.prefix_cache_hits,
+            steps,
+            preemptions: counters.retractions,
+            prefix_cache_queries: counters.prompt_tokens,
+            prefix_cache_hits: counters.cached_tokens,
             kv_usage_mean,
             kv_usage_peak,
-            offload: host.engine().offload_record(),
-            disaggregation: host.disaggregation_record(),
+            offload: None,
+            disaggregation: None,
+            sglang: Some(record),
         });
-        engine_steps += counters.steps;
+        engine_steps += steps;
         priced.merge(host.priced());
-        started.extend(host.engine().scheduler().held().filter(|&(_, s)| s).map(|(key, _)| key));
+        started.extend(host.engine().held().filter(|&(_, s)| s).map(|(key, _)| key));
         started.extend_from_slice(host.answered());
     }
     started.sort_unstable();

@@ -3,6 +3,7 @@
 //! `SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR` 0.14, computed as upstream computes them), a request row
 //! per running slot, `max_req_len` one below the pool, EOS token 2.
 
+use blis_engines::sglang::radix_cache::EvictionPolicy;
 use blis_engines::sglang::scheduler::{SchedulePolicy, SchedulerConfig};
 
 /// What a test varies; everything else at the release's values.
@@ -33,5 +34,6 @@ pub fn config(k: Knobs) -> SchedulerConfig {
         eos_token: 2,
         overlap: k.overlap,
         mixed_chunk: k.mixed_chunk,
+        eviction: EvictionPolicy::Lru,
     }
 }

@@ -28,7 +28,7 @@ pub fn endpoint(name: &str, labels: &[(&str, &str)]) -> Endpoint {
 /// An endpoint with scraped waiting queue `q`, running requests `r` and KV use `kv`, stamped at 0.
 pub fn loaded(name: &str, q: u64, r: u64, kv: f64) -> Endpoint {
     let mut e = endpoint(name, &[]);
-    e.metrics.apply(&scrape(q, r, kv), 0);
+    e.metrics.apply(&scrape(q, r, kv), blis_router::EngineType::Vllm, 0);
     e
 }
 

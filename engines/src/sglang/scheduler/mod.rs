@@ -47,7 +47,7 @@ pub enum SchedulePolicy {
 }
 
 /// What a scheduler instance is configured with, as the release resolves it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerConfig {
     /// Tokens per KV page.
     pub page_size: u32,
@@ -78,6 +78,8 @@ pub struct SchedulerConfig {
     pub overlap: bool,
     /// `--enable-mixed-chunk`: a prefill batch carries the running requests' decode rows.
     pub mixed_chunk: bool,
+    /// `--radix-eviction-policy`: which unlocked leaves go first.
+    pub eviction: EvictionPolicy,
 }
 
 /// A request's identity inside the scheduler: its index in arrival order.
@@ -203,7 +205,7 @@ impl Scheduler {
         shuffle: Option<Box<dyn QueueShuffle>>,
     ) -> Result<Self, SchedulerError> {
         let tree =
-            RadixCache::new(config.page_size, EvictionPolicy::Lru).map_err(SchedulerError::RadixCache)?;
+            RadixCache::new(config.page_size, config.eviction).map_err(SchedulerError::RadixCache)?;
         let slots = SlotPool::new(config.pool_tokens, config.page_size);
         Ok(Self {
             ratio: config.ratio_init,
@@ -356,6 +358,17 @@ impl Scheduler {
     /// Output tokens so far.
     pub fn outputs(&self, id: RequestId) -> usize {
         self.requests[id].output.len()
+    }
+
+    /// Take one page from the pool with no owner, so the invariants' check must fire (a fault a
+    /// checked run injects to prove it).
+    pub fn inject_slot_leak(&mut self) {
+        self.slots.take_page();
+    }
+
+    /// Prompt tokens of request `id`.
+    pub fn prompt_len(&self, id: RequestId) -> usize {
+        self.requests[id].origin.len()
     }
 
     /// Whether nothing waits, runs or is chunked (`is_fully_idle`, normal loop).
