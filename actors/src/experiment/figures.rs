@@ -279,6 +279,14 @@ pub fn validity(priced: &RankShares, resolved: &serde_json::Value, registry: &Re
             (pool["chip"]["name"].as_str().unwrap_or(""), pool["model"]["name"].as_str().unwrap_or(""));
         let tp = pool["engine"]["plan"]["layout"]["tensor"].as_u64().unwrap_or(1) as u32;
         let name = pool["name"].as_str().unwrap_or("");
+        // The coefficients were fitted on real vLLM runs only: an SGLang pool's steps are priced
+        // by them, transferred across engines.
+        if pool["engine"]["kind"] == "sglang" {
+            range_reasons.push(format!(
+                "pool {name} runs SGLang {}; there is no real SGLang run to calibrate on, so its steps are priced by the coefficients fitted on real vLLM runs (host time included)",
+                pool["engine"]["config"]["version"].as_str().unwrap_or("")
+            ));
+        }
         let resolution = registry.resolve(chip);
         let fitted =
             resolution.entries().iter().filter(|e| matches!(e.rank, Rank::Measured | Rank::Calibrated));
