@@ -364,8 +364,14 @@ pub fn assemble(
             PlannedEngine::Vllm(plan) => plan,
             PlannedEngine::Sglang(plan) => {
                 let shuffle = SeededShuffle::new(streams.stream(name, "sglang-shuffle", ""));
-                let mut engine = SglangEngine::new(sglang::SglangPlan::clone(plan), environment, Box::new(shuffle))
-                    .map_err(|e| FieldError::at(format!("cluster.pools[{}].engine.args", pool.index), e.to_string()))?;
+                let mut engine =
+                    SglangEngine::new(sglang::SglangPlan::clone(plan), environment, Box::new(shuffle))
+                        .map_err(|e| {
+                            FieldError::at(
+                                format!("cluster.pools[{}].engine.args", pool.index),
+                                e.to_string(),
+                            )
+                        })?;
                 if options.fault == Some(Fault::LeakKvBlock) {
                     engine.inject_kv_leak();
                 }

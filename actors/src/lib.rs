@@ -39,8 +39,8 @@ pub use ledger::CallLedger;
 pub use message::{CallCompletion, CallRejection, CallRequest, ClusterMessage, TransferDone, TransferStart};
 pub use metrics::{Figures, Summary};
 pub use router_host::RouterHost;
-pub use sglang_host::SglangHost;
 pub use run::{
     DEFAULT_SEED, Observers, Progress, RunError, RunOptions, RunOutput, request_key, run, run_observed,
     timeline_group,
 };
+pub use sglang_host::SglangHost;

@@ -211,7 +211,8 @@ impl SglangHost {
     /// A call its client gave up on: still in the API server it never reaches the scheduler;
     /// otherwise the scheduler aborts it at its next iteration.
     fn abort(&mut self, abort: CallAbort, now: SimTime) {
-        if let Some(key) = self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k) {
+        if let Some(key) = self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k)
+        {
             self.in_frontend.remove(&key);
             return;
         }
@@ -302,7 +303,11 @@ impl SglangHost {
             for &key in self.engine.first_tokens() {
                 if self.first_token_pending.remove(&key) {
                     let client = self.clients[&key];
-                    out.send(self.router, self.delay_to_router, ClusterMessage::FirstToken(CallAbort { key, client }));
+                    out.send(
+                        self.router,
+                        self.delay_to_router,
+                        ClusterMessage::FirstToken(CallAbort { key, client }),
+                    );
                 }
             }
         }
@@ -363,7 +368,14 @@ impl SglangHost {
         }
     }
 
-    fn note_step(&self, start: SimTime, end: SimTime, micros: f64, host_micros: f64, out: &mut Outbox<ClusterMessage>) {
+    fn note_step(
+        &self,
+        start: SimTime,
+        end: SimTime,
+        micros: f64,
+        host_micros: f64,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
         let Some(notes) = out.notes() else { return };
         let shape = self.engine.shape();
         let t = shape.totals;
@@ -408,7 +420,12 @@ impl Actor<ClusterMessage> for SglangHost {
         }
     }
 
-    fn transition(&mut self, ctx: &Context, event: Event<'_, ClusterMessage>, out: &mut Outbox<ClusterMessage>) {
+    fn transition(
+        &mut self,
+        ctx: &Context,
+        event: Event<'_, ClusterMessage>,
+        out: &mut Outbox<ClusterMessage>,
+    ) {
         let now = ctx.now.time;
         let usage = self.engine.kv_usage();
         self.kv_usage_integral += usage * (now.as_micros() - self.last_transition.as_micros()) as f64;

@@ -43,7 +43,11 @@ fn an_sglang_pool_serves_every_call_and_names_its_release() {
     let result = &output.result;
     let fates = &result.fates;
     assert_eq!((fates.completed, fates.dropped), (40, 0), "{fates:?}");
-    assert!(result.engines.iter().any(|e| e.kind == "sglang" && e.version == SGLANG_VERSION), "{:?}", result.engines);
+    assert!(
+        result.engines.iter().any(|e| e.kind == "sglang" && e.version == SGLANG_VERSION),
+        "{:?}",
+        result.engines
+    );
     assert_eq!(result.stack.get("sglang").map(String::as_str), Some(SGLANG_VERSION));
     let instance = &result.instances[0];
     let record = instance.sglang.as_ref().expect("an SGLang instance records its scheduler's counters");
@@ -76,7 +80,8 @@ fn the_same_scenario_gives_the_same_bytes() {
 
 #[test]
 fn another_release_or_a_bad_argument_is_refused_by_path() {
-    let refused = |text: &str| run(text, RunOptions::default(), &mut |_| {}).expect_err("refused").to_string();
+    let refused =
+        |text: &str| run(text, RunOptions::default(), &mut |_| {}).expect_err("refused").to_string();
     let e = refused(&scenario("0.5.22", "", WORKLOAD));
     assert!(e.contains("cluster.pools[0].engine.version") && e.contains("SGLang 0.5.23 only"), "{e}");
     let e = refused(&scenario(SGLANG_VERSION, "max_num_seqs: 4", WORKLOAD));
@@ -145,11 +150,25 @@ fn the_overlap_loop_hides_host_time_the_normal_loop_pays() {
         let calls = &output.calls;
         let gaps: Vec<f64> = calls
             .iter()
-            .map(|c| c.token_latency_us[1..].iter().sum::<u64>() as f64 / (c.token_latency_us.len() - 1) as f64)
+            .map(|c| {
+                c.token_latency_us[1..].iter().sum::<u64>() as f64 / (c.token_latency_us.len() - 1) as f64
+            })
             .collect();
         gaps.iter().sum::<f64>() / gaps.len() as f64
     };
     let overlap = tpot("");
     let normal = tpot("disable_overlap_schedule: true");
     assert!(normal > overlap * 1.02, "normal {normal} µs per token, overlap {overlap}");
+}
+
+#[test]
+fn an_llm_d_router_serves_sglang_pods_and_refuses_a_label_naming_another_engine() {
+    let text = scenario(SGLANG_VERSION, "", WORKLOAD)
+        .replace("router: { policy: round-robin }", "router: { config: {} }");
+    let output = go(&text);
+    assert_eq!(output.result.fates.completed, 40, "{:?}", output.result.fates);
+    let labelled = scenario(SGLANG_VERSION, "", WORKLOAD)
+        .replace("      hardware:", "      labels: { llm-d.ai/engine-type: vllm }\n      hardware:");
+    let e = run(&labelled, RunOptions::default(), &mut |_| {}).expect_err("refused").to_string();
+    assert!(e.contains("cluster.pools[0].labels.llm-d.ai/engine-type") && e.contains("sglang"), "{e}");
 }

@@ -44,9 +44,8 @@ pub use rank::{Fact, Rank, RankShares};
 pub use request_spec::{LlmCall, NodeKind, NodeSpec, PromptPart, RequestSpec};
 pub use result::{
     BuildRecord, DataRecord, DisaggregationRecord, EstimateRecord, FateCounts, FileHash, InstanceRecord,
-    SglangRecord,
     LatencySummary, Metrics, OffloadRecord, OverloadRecord, PricingRecord, RESULT_SCHEMA, ReplicationRecord,
-    RunResult, ScenarioRecord, SimulationRecord, SpreadRecord, ValidityRecord,
+    RunResult, ScenarioRecord, SglangRecord, SimulationRecord, SpreadRecord, ValidityRecord,
 };
 pub use scenario::{
     Cluster, DEFAULT_REFRESH_METRICS_INTERVAL_S, EngineKind, EngineSpec, Hardware, LLMD_ROUTER_VERSION,

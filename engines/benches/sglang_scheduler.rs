@@ -81,7 +81,10 @@ fn scheduler_step(c: &mut Criterion) {
                         step(&mut s, &graphs, &mut shape, overlap);
                     }
                     black_box(shape.totals);
-                    assert_eq!(shape.totals.decode_requests as usize, BATCH, "every step decodes the whole batch");
+                    assert_eq!(
+                        shape.totals.decode_requests as usize, BATCH,
+                        "every step decodes the whole batch"
+                    );
                     s
                 },
                 BatchSize::PerIteration,

@@ -1,7 +1,6 @@
 //! Decision-level tests of the SGLang scheduler's subtle rules, each outcome written out
 //! (SGLang 0.5.23; the same rules are recorded from the release in `traces/sglang-0.5.23/`).
 
-use blis_engines::sglang::radix_cache::EvictionPolicy;
 use blis_engines::sglang::scheduler::{
     BatchKind, Finish, RequestId, SchedulePolicy, Scheduler, SchedulerConfig,
 };
@@ -20,7 +19,6 @@ fn config(pool: usize, policy: SchedulePolicy, max_running: usize, decay_steps: 
         decay_steps,
         overlap: false,
         mixed_chunk: false,
-        eviction: EvictionPolicy::Lru,
     })
 }
 

@@ -46,7 +46,9 @@ impl EngineType {
     /// The Prometheus names of the waiting, running and KV-usage gauges.
     fn names(self) -> [&'static str; 3] {
         match self {
-            EngineType::Vllm => ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"],
+            EngineType::Vllm => {
+                ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
+            }
             EngineType::Sglang => ["sglang:num_queue_reqs", "sglang:num_running_reqs", "sglang:token_usage"],
         }
     }
@@ -56,7 +58,8 @@ impl Endpoint {
     /// The engine its labels name (`llm-d.ai/engine-type`, else
     /// `inference.networking.k8s.io/engine-type`); vLLM when neither names SGLang.
     pub fn engine_type(&self) -> EngineType {
-        let named = self.labels.get(ENGINE_TYPE_LABEL).or_else(|| self.labels.get(ENGINE_TYPE_FALLBACK_LABEL));
+        let named =
+            self.labels.get(ENGINE_TYPE_LABEL).or_else(|| self.labels.get(ENGINE_TYPE_FALLBACK_LABEL));
         match named.map(String::as_str) {
             Some("sglang") => EngineType::Sglang,
             _ => EngineType::Vllm,

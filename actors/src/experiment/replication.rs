@@ -16,9 +16,9 @@ use crate::assembly::{AssemblyOptions, assemble};
 use crate::calls_out::CallsOut;
 use crate::client::Client;
 use crate::engine_host::EngineHost;
-use crate::sglang_host::SglangHost;
 use crate::message::ClusterMessage;
 use crate::run::{Observers, Progress, RunError};
+use crate::sglang_host::SglangHost;
 use crate::stats::overload::OverloadWatch;
 use crate::tally::Tally;
 

@@ -161,7 +161,7 @@ impl SglangArgs {
             }
         }
         let tp_size = self.tp_size.unwrap_or(1);
-        if tp_size == 0 || tp_size > 64 || model.num_attention_heads % tp_size != 0 {
+        if tp_size == 0 || tp_size > 64 || !model.num_attention_heads.is_multiple_of(tp_size) {
             return Err(FieldError::new(
                 at("tp_size"),
                 tp_size,
@@ -185,7 +185,11 @@ impl SglangArgs {
         if let Some(f) = self.mem_fraction_static
             && !(f > 0.0 && f < 1.0)
         {
-            return Err(FieldError::new(at("mem_fraction_static"), f, "a share of GPU memory, above 0 and below 1"));
+            return Err(FieldError::new(
+                at("mem_fraction_static"),
+                f,
+                "a share of GPU memory, above 0 and below 1",
+            ));
         }
         if let Some(n) = self.max_running_requests
             && !(1..=1 << 20).contains(&n)
@@ -211,7 +215,11 @@ impl SglangArgs {
         };
         let max_prefill_tokens = self.max_prefill_tokens.unwrap_or(16_384);
         if !(1..=1 << 20).contains(&max_prefill_tokens) {
-            return Err(FieldError::new(at("max_prefill_tokens"), max_prefill_tokens, "between 1 and 1048576 tokens"));
+            return Err(FieldError::new(
+                at("max_prefill_tokens"),
+                max_prefill_tokens,
+                "between 1 and 1048576 tokens",
+            ));
         }
         let schedule_policy_name = self.schedule_policy.clone().unwrap_or_else(|| "fcfs".to_owned());
         let schedule_policy = match schedule_policy_name.as_str() {
@@ -247,9 +255,11 @@ impl SglangArgs {
         if page_size == 0 || page_size > MAX_PAGE_SIZE {
             return Err(FieldError::new(at("page_size"), page_size, "between 1 and 256 tokens per page"));
         }
-        let radix_eviction_policy_name = self.radix_eviction_policy.clone().unwrap_or_else(|| "lru".to_owned());
-        let radix_eviction_policy = EvictionPolicy::parse(&radix_eviction_policy_name)
-            .map_err(|e| FieldError::new(at("radix_eviction_policy"), &radix_eviction_policy_name, e.to_string()))?;
+        let radix_eviction_policy_name =
+            self.radix_eviction_policy.clone().unwrap_or_else(|| "lru".to_owned());
+        let radix_eviction_policy = EvictionPolicy::parse(&radix_eviction_policy_name).map_err(|e| {
+            FieldError::new(at("radix_eviction_policy"), &radix_eviction_policy_name, e.to_string())
+        })?;
         let dtype_name = self.kv_cache_dtype.clone().unwrap_or_else(|| "auto".to_owned());
         let kv_dtype = match dtype_name.as_str() {
             "auto" => model.compute_dtype,
@@ -269,7 +279,11 @@ impl SglangArgs {
         }
         let decode_log_interval = self.decode_log_interval.unwrap_or(40);
         if !(1..=1_000_000).contains(&decode_log_interval) {
-            return Err(FieldError::new(at("decode_log_interval"), decode_log_interval, "between 1 and 1000000 steps"));
+            return Err(FieldError::new(
+                at("decode_log_interval"),
+                decode_log_interval,
+                "between 1 and 1000000 steps",
+            ));
         }
         let no_graphs = self.disable_cuda_graph.unwrap_or(false);
         Ok(ArgsChoice {

@@ -117,7 +117,11 @@ pub struct Deadlock {
 
 impl std::fmt::Display for Deadlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "deadlock: no batch could be formed with {} requests waiting and nothing running", self.waiting)
+        write!(
+            f,
+            "deadlock: no batch could be formed with {} requests waiting and nothing running",
+            self.waiting
+        )
     }
 }
 
@@ -217,9 +221,13 @@ impl SglangEngine {
             return Err(Rejection::ExceedsContextLength { total, context_length: config.context_length });
         }
         if prompt >= config.max_req_input_len {
-            return Err(Rejection::ExceedsMaxInputLength { prompt, max_req_input_len: config.max_req_input_len });
+            return Err(Rejection::ExceedsMaxInputLength {
+                prompt,
+                max_req_input_len: config.max_req_input_len,
+            });
         }
-        let (id, _) = self.scheduler.add_request(request.prompt_token_ids.to_vec(), request.output_token_ids.len());
+        let (id, _) =
+            self.scheduler.add_request(request.prompt_token_ids.to_vec(), request.output_token_ids.len());
         debug_assert_eq!(id, self.held.len());
         self.held.push(Some(Held {
             key: request.key,
@@ -383,7 +391,7 @@ impl SglangEngine {
         }
         if in_flight.batch.kind == BatchKind::Decode {
             self.decode_results += 1;
-            if self.decode_results % u64::from(self.plan.config.decode_log_interval) == 0 {
+            if self.decode_results.is_multiple_of(u64::from(self.plan.config.decode_log_interval)) {
                 self.update_gauges();
             }
         }
@@ -410,7 +418,9 @@ impl SglangEngine {
         let batch = self.formed.take();
         if batch.is_none() && !applied {
             self.scheduler.on_idle();
-            if self.in_flight.is_empty() && !self.scheduler.waiting().is_empty() && self.scheduler.running().is_empty()
+            if self.in_flight.is_empty()
+                && !self.scheduler.waiting().is_empty()
+                && self.scheduler.running().is_empty()
             {
                 self.deadlock.get_or_insert(Deadlock { waiting: self.scheduler.waiting().len() });
             }
@@ -457,9 +467,9 @@ impl SglangEngine {
 
     /// Keys of the requests held, with whether each was ever scheduled.
     pub fn held(&self) -> impl Iterator<Item = (u64, bool)> + '_ {
-        self.by_key.iter().map(|(&key, &id)| {
-            (key, self.held[id].as_ref().is_some_and(|h| h.cached_tokens.is_some()))
-        })
+        self.by_key
+            .iter()
+            .map(|(&key, &id)| (key, self.held[id].as_ref().is_some_and(|h| h.cached_tokens.is_some())))
     }
 
     /// The scheduler's invariants, and that every held request is known to it.

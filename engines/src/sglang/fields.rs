@@ -17,10 +17,12 @@ const HYBRID: &str = "hybrid (Mamba, linear or sliding-window) attention is not 
 const UNPROVEN_LOGGING: &str = "logging or metrics export; not yet shown inert by a test";
 const UNPROVEN_NETWORK: &str = "process addresses or transport; not yet shown inert by a test";
 const UNPROVEN_LOADING: &str = "model loading; not yet shown inert by a test";
-const SAMPLING: &str = "sampling and constrained decoding are not modelled; output lengths come from the workload";
+const SAMPLING: &str =
+    "sampling and constrained decoding are not modelled; output lengths come from the workload";
 const API: &str = "API-server features beyond plain generation are not modelled";
 const BACKEND: &str = "kernel and communication backends are not told apart by the cost model";
-const GRAPHS: &str = "this CUDA-graph setting is not modelled (the batch-size caps and the disable switches are)";
+const GRAPHS: &str =
+    "this CUDA-graph setting is not modelled (the batch-size caps and the disable switches are)";
 const PARALLEL: &str = "this parallelism or placement is not modelled (tensor parallelism is)";
 const OFFLOAD: &str = "weight or memory offloading is not modelled";
 const MODEL: &str = "diffusion language models are not modelled";
@@ -39,7 +41,10 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("tokenizer_path", Inert { why: "requests arrive as token ids", sample: "some/tokenizer" }),
     ("tokenizer_mode", Inert { why: "requests arrive as token ids", sample: "slow" }),
     ("tokenizer_backend", Inert { why: "requests arrive as token ids", sample: "hf" }),
-    ("tokenizer_worker_num", Inert { why: "tokenization is priced per request, not per worker", sample: "2" }),
+    (
+        "tokenizer_worker_num",
+        Inert { why: "tokenization is priced per request, not per worker", sample: "2" },
+    ),
     ("detokenizer_worker_num", Inert { why: "detokenization has no modelled cost", sample: "2" }),
     ("skip_tokenizer_init", Inert { why: "requests arrive as token ids", sample: "true" }),
     ("load_format", Inert { why: LOADING, sample: "dummy" }),
@@ -51,11 +56,19 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("revision", Inert { why: LOADING, sample: "main" }),
     ("model_impl", Refused { why: "model implementations are not told apart by the cost model" }),
     ("model_config_parser", Refused { why: "the model facts come from the catalog (use --model-config)" }),
-    ("json_model_override_args", Refused { why: "the model facts come from the catalog (use --model-config)" }),
+    (
+        "json_model_override_args",
+        Refused { why: "the model facts come from the catalog (use --model-config)" },
+    ),
     ("dtype", Refused { why: "the compute dtype comes from the catalog model" }),
     ("quantization", Refused { why: QUANT }),
     ("quantization_param_path", Refused { why: QUANT }),
-    ("kv_cache_dtype", Limited { why: "auto (the model dtype), fp8_e4m3 and fp8_e5m2 are modelled; other formats are refused" }),
+    (
+        "kv_cache_dtype",
+        Limited {
+            why: "auto (the model dtype), fp8_e4m3 and fp8_e5m2 are modelled; other formats are refused",
+        },
+    ),
     ("enable_fp32_lm_head", Refused { why: BACKEND }),
     ("modelopt_quant", Refused { why: QUANT }),
     ("modelopt_checkpoint_restore_path", Refused { why: QUANT }),
@@ -69,8 +82,14 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("max_queued_requests", Refused { why: "a queue cap (429 on overflow) is not modelled yet" }),
     ("max_total_tokens", Modelled),
     ("chunked_prefill_size", Modelled),
-    ("prefill_decode_interval", Refused { why: "deferring prefills by decode rounds is not modelled yet (off by default)" }),
-    ("enable_dynamic_chunking", Refused { why: "dynamic chunking (pipeline parallelism only) is not modelled" }),
+    (
+        "prefill_decode_interval",
+        Refused { why: "deferring prefills by decode rounds is not modelled yet (off by default)" },
+    ),
+    (
+        "enable_dynamic_chunking",
+        Refused { why: "dynamic chunking (pipeline parallelism only) is not modelled" },
+    ),
     ("max_prefill_tokens", Modelled),
     ("prefill_max_requests", Refused { why: "a per-batch request cap is not modelled yet" }),
     ("schedule_policy", Modelled),
@@ -86,7 +105,12 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("c128_page_size", Refused { why: "the c128 page pool (DeepSeek V4) is not modelled" }),
     ("swa_full_tokens_ratio", Refused { why: HYBRID }),
     ("disable_hybrid_swa_memory", Refused { why: HYBRID }),
-    ("radix_eviction_policy", Limited { why: "lru, lfu, slru, fifo, mru, filo and priority are modelled; tlru is refused (its config is not modelled)" }),
+    (
+        "radix_eviction_policy",
+        Limited {
+            why: "lru, lfu, slru, fifo, mru, filo and priority are modelled; tlru is refused (its config is not modelled)",
+        },
+    ),
     ("radix_eviction_policy_config", Refused { why: "eviction policy configs (tlru) are not modelled" }),
     ("prefill_only_disable_kv_cache", Refused { why: "prefill-only serving is not modelled" }),
     ("disable_radix_cache", Refused { why: "serving without the radix cache is not modelled yet" }),
@@ -94,8 +118,14 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("enable_unified_memory", Refused { why: OFFLOAD }),
     ("disable_chunked_prefix_cache", Refused { why: "MLA chunked-prefix attention is not modelled" }),
     ("disable_overlap_schedule", Modelled),
-    ("num_continuous_decode_steps", Refused { why: "unused by 0.5.23 itself; refused rather than silently accepted" }),
-    ("scheduler_recv_interval", Refused { why: "polling inputs less often than every pass is not modelled yet" }),
+    (
+        "num_continuous_decode_steps",
+        Refused { why: "unused by 0.5.23 itself; refused rather than silently accepted" },
+    ),
+    (
+        "scheduler_recv_interval",
+        Refused { why: "polling inputs less often than every pass is not modelled yet" },
+    ),
     ("enable_mixed_chunk", Modelled),
     ("nccl_port", Inert { why: NETWORK, sample: "30002" }),
     ("dist_timeout", Refused { why: UNPROVEN_NETWORK }),
@@ -108,7 +138,10 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("pp_size", Limited { why: "1 is modelled; pipeline parallelism is refused" }),
     ("pp_max_micro_batch_size", Refused { why: PARALLEL }),
     ("pp_async_batch_depth", Refused { why: PARALLEL }),
-    ("dp_size", Limited { why: "1 is modelled; data parallelism inside one server is refused (use replicas)" }),
+    (
+        "dp_size",
+        Limited { why: "1 is modelled; data parallelism inside one server is refused (use replicas)" },
+    ),
     ("attn_dp_size", Refused { why: PARALLEL }),
     ("load_balance_method", Refused { why: PARALLEL }),
     ("attn_cp_size", Refused { why: PARALLEL }),
@@ -135,11 +168,20 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("device", Refused { why: PARALLEL }),
     ("base_gpu_id", Refused { why: PARALLEL }),
     ("gpu_id_step", Refused { why: PARALLEL }),
-    ("random_seed", Inert { why: "the random policy draws its shuffles from the scenario seed (substream sglang-shuffle)", sample: "7" }),
+    (
+        "random_seed",
+        Inert {
+            why: "the random policy draws its shuffles from the scenario seed (substream sglang-shuffle)",
+            sample: "7",
+        },
+    ),
     ("mlx_enable_sampling", Refused { why: "the MLX backend is not modelled" }),
     ("watchdog_timeout", Inert { why: "no simulated step approaches it", sample: "600" }),
     ("soft_watchdog_timeout", Refused { why: "watchdogs are not modelled" }),
-    ("sleep_on_idle", Refused { why: "sleeping when idle has no modelled effect; refused until shown inert" }),
+    (
+        "sleep_on_idle",
+        Refused { why: "sleeping when idle has no modelled effect; refused until shown inert" },
+    ),
     ("use_ray", Refused { why: PARALLEL }),
     ("custom_sigquit_handler", Refused { why: "custom handlers are not modelled" }),
     ("numa_node", Refused { why: PARALLEL }),
@@ -172,7 +214,10 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("hf_chat_template_name", Refused { why: API }),
     ("completion_template", Refused { why: API }),
     ("file_storage_path", Refused { why: API }),
-    ("enable_cache_report", Inert { why: "usage reporting only; cached tokens are always recorded per call", sample: "true" }),
+    (
+        "enable_cache_report",
+        Inert { why: "usage reporting only; cached tokens are always recorded per call", sample: "true" },
+    ),
     ("return_input_ids", Refused { why: API }),
     ("return_output_ids", Refused { why: API }),
     ("reasoning_parser", Refused { why: API }),
@@ -181,12 +226,21 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("enable_strict_thinking", Refused { why: API }),
     ("tool_call_parser", Refused { why: API }),
     ("tool_server", Refused { why: API }),
-    ("sampling_defaults", Refused { why: "sampling defaults are not modelled; output lengths come from the workload" }),
+    (
+        "sampling_defaults",
+        Refused { why: "sampling defaults are not modelled; output lengths come from the workload" },
+    ),
     ("asr_max_buffer_seconds", Refused { why: MULTIMODAL }),
     ("asr_max_concurrent_sessions", Refused { why: MULTIMODAL }),
     ("preferred_sampling_params", Refused { why: SAMPLING }),
-    ("allow_auto_truncate", Refused { why: "truncating prompts is not modelled; an over-long prompt is rejected" }),
-    ("stream_interval", Refused { why: "streaming tokens in batches changes when the client sees them; not modelled yet" }),
+    (
+        "allow_auto_truncate",
+        Refused { why: "truncating prompts is not modelled; an over-long prompt is rejected" },
+    ),
+    (
+        "stream_interval",
+        Refused { why: "streaming tokens in batches changes when the client sees them; not modelled yet" },
+    ),
     ("batch_notify_size", Refused { why: "streaming tokens in batches is not modelled yet" }),
     ("stream_response_default_include_usage", Refused { why: API }),
     ("incremental_streaming_output", Refused { why: API }),
@@ -201,7 +255,13 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("uvicorn_access_log_exclude_prefixes", Refused { why: UNPROVEN_LOGGING }),
     ("crash_dump_folder", Inert { why: LOGGING, sample: "/tmp/crash" }),
     ("show_time_cost", Inert { why: LOGGING, sample: "true" }),
-    ("enable_metrics", Inert { why: "the simulated scrape always reads the scheduler gauges, as a pod with metrics on", sample: "true" }),
+    (
+        "enable_metrics",
+        Inert {
+            why: "the simulated scrape always reads the scheduler gauges, as a pod with metrics on",
+            sample: "true",
+        },
+    ),
     ("smg_http_sidecar_port", Refused { why: UNPROVEN_NETWORK }),
     ("enable_mfu_metrics", Refused { why: UNPROVEN_LOGGING }),
     ("enable_metrics_for_all_schedulers", Refused { why: UNPROVEN_LOGGING }),
@@ -217,7 +277,12 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("gc_warning_threshold_secs", Inert { why: LOGGING, sample: "1.0" }),
     ("decode_log_interval", Modelled),
     ("enable_request_time_stats_logging", Inert { why: LOGGING, sample: "true" }),
-    ("kv_events_config", Refused { why: "SGLang KV events are not modelled yet (the precise-prefix scorer reads vLLM pods only)" }),
+    (
+        "kv_events_config",
+        Refused {
+            why: "SGLang KV events are not modelled yet (the precise-prefix scorer reads vLLM pods only)",
+        },
+    ),
     ("load_publish_endpoint", Refused { why: UNPROVEN_LOGGING }),
     ("enable_forward_pass_metrics", Refused { why: UNPROVEN_LOGGING }),
     ("forward_pass_metrics_worker_id", Refused { why: UNPROVEN_LOGGING }),
@@ -576,7 +641,10 @@ pub const ARGUMENTS: &[(&str, Treatment)] = &[
     ("enable_nvidia_megakernel", Refused { why: BACKEND }),
     ("enable_megamoe_for_layernorm_sp", Refused { why: MOE }),
     ("enable_http_worker_reuseport", Refused { why: UNPROVEN_NETWORK }),
-    ("prefill_decode_interval_min_bs", Refused { why: "deferring prefills by decode rounds is not modelled yet" }),
+    (
+        "prefill_decode_interval_min_bs",
+        Refused { why: "deferring prefills by decode rounds is not modelled yet" },
+    ),
     ("unified_cache_external_linker_config", Refused { why: HICACHE }),
     ("enable_return_aux_hidden_states", Refused { why: API }),
     ("aux_hidden_state_capture", Refused { why: OTHER }),

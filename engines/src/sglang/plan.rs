@@ -131,7 +131,9 @@ pub fn plan(
 ) -> Result<(SglangPlan, Box<dyn Environment>), FieldError> {
     let unlowered = match model.attention {
         AttentionKind::Full => None,
-        AttentionKind::SlidingWindow { window } => Some(format!("sliding-window attention (window {window})")),
+        AttentionKind::SlidingWindow { window } => {
+            Some(format!("sliding-window attention (window {window})"))
+        }
         AttentionKind::MultiHeadLatent { .. } => Some("multi-head latent attention (MLA)".to_owned()),
     };
     if let Some(attention) = unlowered {
@@ -153,8 +155,11 @@ pub fn plan(
         Some(given) => given.map(|n| n as usize),
     };
     let decode_max_bs = choice.cuda_graph_max_bs_decode.map_or(gpu.decode_max_bs, |n| n as usize);
-    let decode_sizes =
-        if choice.decode_graphs { decode_graph_batch_sizes(decode_max_bs, !choice.graph_padding) } else { Vec::new() };
+    let decode_sizes = if choice.decode_graphs {
+        decode_graph_batch_sizes(decode_max_bs, !choice.graph_padding)
+    } else {
+        Vec::new()
+    };
     // Prefill graphs are captured up to the chunk; without chunking none are.
     let prefill_buckets = match (choice.prefill_graphs, chunk) {
         (true, Some(chunk)) => prefill_graph_token_buckets(prefill_graph_max_tokens(
@@ -179,15 +184,23 @@ pub fn plan(
     });
     let kv_dtype = choice.kv_cache_dtype.1;
     let heads_per_gpu = (model.num_kv_heads / tp).max(1);
-    let bytes_per_token =
-        2 * u64::from(model.num_layers) * u64::from(heads_per_gpu) * u64::from(model.head_dim) * kv_dtype.bytes();
+    let bytes_per_token = 2
+        * u64::from(model.num_layers)
+        * u64::from(heads_per_gpu)
+        * u64::from(model.head_dim)
+        * kv_dtype.bytes();
     let page = u64::from(choice.page_size);
     let mut pool = PoolPlan {
         engine: EngineIdentity { kind: "sglang".to_owned(), version: SGLANG_VERSION.to_owned() },
         chip: device.name.to_owned(),
         model: model.clone(),
         layout: ParallelLayout { tensor: tp, pipeline: 1, data: 1 },
-        kv: KvPlan { block_size: choice.page_size, dtype: kv_dtype, bytes_per_block_per_gpu: bytes_per_token * page, num_blocks: 0 },
+        kv: KvPlan {
+            block_size: choice.page_size,
+            dtype: kv_dtype,
+            bytes_per_block_per_gpu: bytes_per_token * page,
+            num_blocks: 0,
+        },
         max_num_batched_tokens: chunk.unwrap_or(choice.max_prefill_tokens as usize) as u32,
         max_num_seqs: running_set.unwrap_or(decode_max_bs) as u32,
         graphs: if decode_sizes.is_empty() {
@@ -216,7 +229,8 @@ pub fn plan(
         ));
     }
     let tokens_from_memory = budget_bytes as u64 / bytes_per_token / page * page;
-    let max_total_num_tokens = choice.max_total_tokens.map_or(tokens_from_memory, |cap| cap.min(tokens_from_memory)) / page * page;
+    let max_total_num_tokens =
+        choice.max_total_tokens.map_or(tokens_from_memory, |cap| cap.min(tokens_from_memory)) / page * page;
     let context = u64::from(choice.context_length);
     // The allocator's slot 0 is a padding dummy; a request needs its prompt and one page more.
     if max_total_num_tokens < 2 * page + 8 {
@@ -227,7 +241,11 @@ pub fn plan(
         };
         return Err(FieldError::new(
             at(field),
-            if field == "max_total_tokens" { max_total_num_tokens.to_string() } else { format!("{fraction}") },
+            if field == "max_total_tokens" {
+                max_total_num_tokens.to_string()
+            } else {
+                format!("{fraction}")
+            },
             format!(
                 "a KV pool of {max_total_num_tokens} tokens ({} per page) cannot serve a request: SGLang would reject every prompt",
                 choice.page_size
@@ -236,7 +254,8 @@ pub fn plan(
     }
     let max_req_len = context.saturating_sub(1).min(max_total_num_tokens - 1);
     let max_req_input_len = max_req_len.saturating_sub(5);
-    let max_running = max_running_requests(max_total_num_tokens as usize, choice.context_length as usize, running_set, 1);
+    let max_running =
+        max_running_requests(max_total_num_tokens as usize, choice.context_length as usize, running_set, 1);
     let mixed = choice.enable_mixed_chunk && chunk.is_some();
     let ratio_init = (INIT_NEW_TOKEN_RATIO * choice.schedule_conservativeness).min(1.0);
     let ratio_min = (ratio_init * MIN_NEW_TOKEN_RATIO_FACTOR).min(1.0);
@@ -282,8 +301,14 @@ pub fn plan(
         max_req_len: max_req_len as u32,
         max_req_input_len: max_req_input_len as u32,
     };
-    let budget =
-        KvPoolBudget { footprint, gpu_mib, budget_bytes, bytes_per_token, tokens_from_memory, max_total_num_tokens };
+    let budget = KvPoolBudget {
+        footprint,
+        gpu_mib,
+        budget_bytes,
+        bytes_per_token,
+        tokens_from_memory,
+        max_total_num_tokens,
+    };
     let graphs = GraphPolicy { decode_sizes, prefill_buckets };
     Ok((SglangPlan { config, scheduler, graphs, pool, budget }, env))
 }

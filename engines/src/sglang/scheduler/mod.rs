@@ -204,8 +204,7 @@ impl Scheduler {
         config: SchedulerConfig,
         shuffle: Option<Box<dyn QueueShuffle>>,
     ) -> Result<Self, SchedulerError> {
-        let tree =
-            RadixCache::new(config.page_size, config.eviction).map_err(SchedulerError::RadixCache)?;
+        let tree = RadixCache::new(config.page_size, config.eviction).map_err(SchedulerError::RadixCache)?;
         let slots = SlotPool::new(config.pool_tokens, config.page_size);
         Ok(Self {
             ratio: config.ratio_init,
