@@ -3,8 +3,8 @@
 //!
 //! Scenarios are small (at most a few hundred calls) so that thousands run in minutes, and
 //! reach the corners: one to three pools of one to three instances on several chips and
-//! models, engine arguments across their ranges, KV caches from one request's worth of blocks
-//! to the whole GPU, FCFS and priority scheduling, open and closed clients with sessions,
+//! models, vLLM and SGLang pools with their arguments across their ranges, KV caches from one
+//! request's worth of blocks to the whole GPU, every scheduling policy, open and closed clients with sessions,
 //! shared prefixes, timeouts (hence aborts), prompts too long for the engine, horizons, and
 //! every router: round-robin, llm-d's built-in default, the sample EndpointPickerConfigs,
 //! precise prefix scoring from KV events, flow control and session affinity.
@@ -122,8 +122,13 @@ pub fn scenario(seed: u64) -> String {
         if chance(&mut s, 0.3) {
             out.push_str("      labels: { llm-d.ai/role: decode }\n");
         }
-        out.push_str("      engine:\n        kind: vllm\n        version: \"0.15.1\"\n        args:\n");
-        engine_args(&mut s, max_model_len, &mut out);
+        if chance(&mut s, 0.3) {
+            out.push_str("      engine:\n        kind: sglang\n        version: \"0.5.23\"\n        args:\n");
+            sglang_args(&mut s, max_model_len, &mut out);
+        } else {
+            out.push_str("      engine:\n        kind: vllm\n        version: \"0.15.1\"\n        args:\n");
+            engine_args(&mut s, max_model_len, &mut out);
+        }
     }
     out.push_str("workload:\n  clients:\n");
     let clients = between(&mut top, 1, 3) as usize;
@@ -191,6 +196,37 @@ fn engine_args(s: &mut Substream, max_model_len: u64, out: &mut String) {
         1 => args.push(format!("num_gpu_blocks_override: {}", between(s, per_request + 1, 20 * per_request))),
         _ => {}
     }
+    for arg in args {
+        out.push_str(&format!("          {arg}\n"));
+    }
+}
+
+/// SGLang server arguments across their ranges: every schedule policy, page sizes, chunking on
+/// and off, both loops, mixed chunk, every eviction policy, and a KV pool of one to four
+/// requests' worth of tokens.
+fn sglang_args(s: &mut Substream, max_model_len: u64, out: &mut String) {
+    let page_size = *pick(s, &[1u64, 1, 4, 16]);
+    let mut args = vec![
+        format!("context_length: {max_model_len}"),
+        format!("page_size: {page_size}"),
+        format!("schedule_policy: {}", pick(s, &["fcfs", "lpm", "lof", "dfs-weight", "random"])),
+        format!("chunked_prefill_size: {}", pick(s, &[-1i64, 64, 256, 8192])),
+        format!("disable_overlap_schedule: {}", chance(s, 0.4)),
+        format!("enable_mixed_chunk: {}", chance(s, 0.3)),
+        format!(
+            "radix_eviction_policy: {}",
+            pick(s, &["lru", "lfu", "slru", "fifo", "mru", "filo", "priority"])
+        ),
+        format!("disable_cuda_graph: {}", chance(s, 0.3)),
+    ];
+    if chance(s, 0.5) {
+        args.push(format!("max_running_requests: {}", pick(s, &[1u64, 2, 8, 64])));
+    }
+    // A pool of a few requests' worth keeps the per-instant check (every slot) cheap.
+    args.push(format!(
+        "max_total_tokens: {}",
+        between(s, max_model_len + 2 * page_size + 8, 4 * max_model_len)
+    ));
     for arg in args {
         out.push_str(&format!("          {arg}\n"));
     }

@@ -395,24 +395,43 @@ impl Scheduler {
     /// Every KV page is free, owned by the tree, or held by exactly one request (its row past
     /// the tree-owned prefix), and the tree's sizes add up; the first broken rule, if any.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let page = self.config.page_size;
-        let mut owner: std::collections::BTreeMap<u32, String> = std::collections::BTreeMap::new();
-        let mut claim = |p: u32, who: String| match owner.insert(p, who.clone()) {
-            Some(other) if other != who => Err(format!("page {p} is both {other} and {who}")),
-            _ => Ok(()),
-        };
-        let distinct_free: std::collections::BTreeSet<u32> = self.slots.free_pages.iter().copied().collect();
-        if distinct_free.len() != self.slots.free_pages.len() {
-            return Err("a page is free twice".into());
+        /// Who holds a page.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        enum Holder {
+            Free,
+            Tree,
+            Request(RequestId),
         }
+        let describe = |h: Holder| match h {
+            Holder::Free => "free".to_owned(),
+            Holder::Tree => "the tree's".to_owned(),
+            Holder::Request(id) => format!("request {id}'s"),
+        };
+        let page = self.config.page_size;
+        let pages = self.config.pool_tokens / page as usize;
+        // Page 0 is the allocator's padding dummy: pages 1..=pages are handed out.
+        let mut holders: Vec<Option<Holder>> = vec![None; pages + 1];
+        let mut accounted = 0usize;
+        let mut claim = |p: u32, who: Holder| -> Result<(), String> {
+            let slot = holders.get_mut(p as usize).ok_or_else(|| format!("page {p} is outside the pool"))?;
+            match *slot {
+                Some(other) if other == who && who != Holder::Free => Ok(()),
+                Some(other) => Err(format!("page {p} is both {} and {}", describe(other), describe(who))),
+                None => {
+                    *slot = Some(who);
+                    accounted += 1;
+                    Ok(())
+                }
+            }
+        };
         for &p in &self.slots.free_pages {
-            claim(p, "free".into())?;
+            claim(p, Holder::Free)?;
         }
         let mut tree_tokens = 0;
         for node in self.tree.depth_first() {
             tree_tokens += node.slots.len();
             for &slot in node.slots {
-                claim(slot / page, "the tree's".into())?;
+                claim(slot / page, Holder::Tree)?;
             }
         }
         if tree_tokens != self.tree.evictable_size() + self.tree.protected_size() {
@@ -426,12 +445,11 @@ impl Scheduler {
         for (id, r) in self.requests.iter().enumerate().filter(|(_, r)| r.has_row) {
             rows += 1;
             for &slot in &r.row[r.cache_protected_len.min(r.row.len())..] {
-                claim(slot / page, format!("request {id}'s"))?;
+                claim(slot / page, Holder::Request(id))?;
             }
         }
-        let pages = self.config.pool_tokens / page as usize;
-        if owner.len() != pages {
-            return Err(format!("{} of {pages} pages accounted for", owner.len()));
+        if accounted != pages {
+            return Err(format!("{accounted} of {pages} pages accounted for"));
         }
         if rows + self.free_rows != self.config.req_pool_size {
             return Err(format!(
