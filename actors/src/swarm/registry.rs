@@ -58,7 +58,7 @@ pub const INVARIANTS: &[Invariant] = &[
         id: "I4",
         name: "call lifecycle",
         rule: "A client sends each call once; a call is answered (completed or refused) at most once, only after it was sent, and aborted only after it was sent and before its answer reached the client; an engine holds a request only with a client to answer.",
-        check: "`swarm::checker::Checker::on_delivery` every delivery; `EngineHost::check` after every engine transition",
+        check: "`swarm::checker::Checker::on_delivery` every delivery; `EngineHost::check` and `SglangHost::check` after every engine transition",
         tests: &[
             "actors/src/swarm/checker.rs::tests::a_second_answer_breaks_i4",
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
@@ -67,8 +67,8 @@ pub const INVARIANTS: &[Invariant] = &[
     Invariant {
         id: "I5",
         name: "KV block conservation",
-        rule: "In every engine instance every usable block is free or held; a held block's reference count equals the number of block tables holding it (the null block one more), free + held = blocks − 1, and the block-table count matches.",
-        check: "`Scheduler::check_invariants` (engines/src/vllm/scheduler/invariants.rs), through `EngineHost::check` after every engine transition",
+        rule: "In every engine instance every usable block is free or held; a held block's reference count equals the number of block tables holding it (the null block one more), free + held = blocks − 1, and the block-table count matches. In an SGLang instance every KV page is free, the radix tree's, or one request's (its row past the tree-owned prefix), the tree's sizes add up, and request rows held + free = rows.",
+        check: "`Scheduler::check_invariants` (engines/src/vllm/scheduler/invariants.rs), through `EngineHost::check`, and the SGLang `Scheduler::check_invariants` (engines/src/sglang/scheduler/mod.rs), through `SglangHost::check`, after every engine transition",
         tests: &[
             "actors/tests/swarm.rs::a_leaked_kv_block_is_caught_with_its_reproduction_line",
             "bin/tests/swarm.rs::an_injected_leak_prints_the_line_that_reproduces_it",
