@@ -25,6 +25,8 @@ struct Case {
     threads: usize,
     /// llm-d's router with its built-in default config instead of round-robin.
     llmd: bool,
+    /// SGLang 0.5.23 instances (`max_running_requests: 256`) instead of vLLM.
+    sglang: bool,
 }
 
 const CASES: &[Case] = &[
@@ -36,6 +38,7 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 1,
         llmd: false,
+        sglang: false,
     },
     Case {
         name: "reference-10k",
@@ -45,6 +48,7 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 1,
         llmd: false,
+        sglang: false,
     },
     Case {
         name: "reference-100k",
@@ -54,6 +58,7 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 1,
         llmd: false,
+        sglang: false,
     },
     Case {
         name: "reference-100k-no-caching",
@@ -63,6 +68,7 @@ const CASES: &[Case] = &[
         prefix_caching: false,
         threads: 1,
         llmd: false,
+        sglang: false,
     },
     Case {
         name: "reference-1m",
@@ -72,6 +78,7 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 1,
         llmd: false,
+        sglang: false,
     },
     Case {
         name: "cluster-8x-100k",
@@ -81,6 +88,7 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 2,
         llmd: false,
+        sglang: false,
     },
     Case {
         name: "cluster-8x-1m",
@@ -90,6 +98,7 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 2,
         llmd: false,
+        sglang: false,
     },
     Case {
         name: "cluster-8x-100k-llmd",
@@ -99,6 +108,7 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 2,
         llmd: true,
+        sglang: false,
     },
     Case {
         name: "cluster-8x-1m-llmd",
@@ -108,6 +118,27 @@ const CASES: &[Case] = &[
         prefix_caching: true,
         threads: 2,
         llmd: true,
+        sglang: false,
+    },
+    Case {
+        name: "reference-100k-sglang",
+        engines: 1,
+        rate_per_s: 8.0,
+        requests: 100_000,
+        prefix_caching: true,
+        threads: 1,
+        llmd: false,
+        sglang: true,
+    },
+    Case {
+        name: "reference-1m-sglang",
+        engines: 1,
+        rate_per_s: 8.0,
+        requests: 1_000_000,
+        prefix_caching: true,
+        threads: 1,
+        llmd: false,
+        sglang: true,
     },
 ];
 
@@ -115,6 +146,11 @@ const CASES: &[Case] = &[
 fn scenario(case: &Case) -> String {
     let caching = if case.prefix_caching { "" } else { ", enable_prefix_caching: false" };
     let router = if case.llmd { "config: {}" } else { "policy: round-robin" };
+    let engine = if case.sglang {
+        "kind: sglang\n        version: \"0.5.23\"\n        args: { max_running_requests: 256 }".to_owned()
+    } else {
+        format!("kind: vllm\n        version: \"0.15.1\"\n        args: {{ max_num_seqs: 256{caching} }}")
+    };
     format!(
         "# blis-actor bench case {name}.\n\
          seed: 1\n\
@@ -128,9 +164,7 @@ fn scenario(case: &Case) -> String {
                hardware: {{ chip: H100-SXM }}\n      \
                model: Llama-3.1-8B\n      \
                engine:\n        \
-                 kind: vllm\n        \
-                 version: \"0.15.1\"\n        \
-                 args: {{ max_num_seqs: 256{caching} }}\n\
+                 {engine}\n\
          workload:\n  \
            clients:\n    \
              - name: chat\n      \
@@ -140,6 +174,7 @@ fn scenario(case: &Case) -> String {
                output_tokens: {{ dist: constant, value: 128 }}\n",
         name = case.name,
         router = router,
+        engine = engine,
         engines = case.engines,
         requests = case.requests,
         rate = case.rate_per_s,

@@ -272,7 +272,7 @@ enum Command {
     Bench {
         /// Cases to run: reference-10, reference-10k, reference-100k,
         /// reference-100k-no-caching, reference-1m, cluster-8x-100k, cluster-8x-1m,
-        /// cluster-8x-100k-llmd, cluster-8x-1m-llmd.
+        /// cluster-8x-100k-llmd, cluster-8x-1m-llmd, reference-100k-sglang, reference-1m-sglang.
         cases: Vec<String>,
         /// Print the cases' scenarios instead of running them.
         #[arg(long)]

@@ -161,6 +161,12 @@ pub struct SglangEngine {
     deadlock: Option<Deadlock>,
     /// Keys whose first token the last applied result produced.
     first_tokens: Vec<u64>,
+    /// Requests released this iteration, and the iteration before: the scheduler forgets the
+    /// older ones at the iteration's end, when no batch can name them any more.
+    released_now: Vec<RequestId>,
+    released_before: Vec<RequestId>,
+    /// Waiting requests aborted while a batch in flight names them.
+    aborted_in_batch: Vec<RequestId>,
 }
 
 impl SglangEngine {
@@ -186,6 +192,9 @@ impl SglangEngine {
             decode_results: 0,
             deadlock: None,
             first_tokens: Vec::new(),
+            released_now: Vec::new(),
+            released_before: Vec::new(),
+            aborted_in_batch: Vec::new(),
         })
     }
 
@@ -228,15 +237,18 @@ impl SglangEngine {
         }
         let (id, _) =
             self.scheduler.add_request(request.prompt_token_ids.to_vec(), request.output_token_ids.len());
-        debug_assert_eq!(id, self.held.len());
-        self.held.push(Some(Held {
+        if id == self.held.len() {
+            self.held.push(None);
+        }
+        debug_assert!(self.held[id].is_none(), "a reused id was released");
+        self.held[id] = Some(Held {
             key: request.key,
             outputs: request.output_token_ids.clone(),
             token_times_us: Vec::with_capacity(request.output_token_ids.len()),
             retractions: 0,
             cached_tokens: None,
             aborted: false,
-        }));
+        });
         self.by_key.insert(request.key, id);
         Ok(())
     }
@@ -248,8 +260,14 @@ impl SglangEngine {
         let held = self.held[id].as_mut().expect("a held key has its request");
         held.aborted = true;
         self.scheduler.abort(id);
-        if self.scheduler.finish_of(id) == Some(Finish::Abort) && !self.in_batch(id) {
-            self.release(id);
+        // A waiting request leaves the scheduler at once; one a batch in flight still names (a
+        // retracted one) leaves the books when that batch is applied.
+        if self.scheduler.finish_of(id) == Some(Finish::Abort) {
+            if self.in_batch(id) {
+                self.aborted_in_batch.push(id);
+            } else {
+                self.release(id);
+            }
         }
         true
     }
@@ -262,6 +280,7 @@ impl SglangEngine {
     fn release(&mut self, id: RequestId) -> Option<Held> {
         let held = self.held[id].take()?;
         self.by_key.remove(&held.key);
+        self.released_now.push(id);
         Some(held)
     }
 
@@ -415,6 +434,17 @@ impl SglangEngine {
     /// left). A scheduler that formed nothing with requests waiting and nothing running or in
     /// flight can never form anything: that is a deadlock.
     pub fn end_iteration(&mut self, applied: bool) {
+        for id in std::mem::take(&mut self.aborted_in_batch) {
+            if self.in_flight.iter().any(|f| f.batch.requests.contains(&id)) {
+                self.aborted_in_batch.push(id);
+            } else {
+                self.release(id);
+            }
+        }
+        for id in self.released_before.drain(..) {
+            self.scheduler.forget(id);
+        }
+        std::mem::swap(&mut self.released_before, &mut self.released_now);
         let batch = self.formed.take();
         if batch.is_none() && !applied {
             self.scheduler.on_idle();

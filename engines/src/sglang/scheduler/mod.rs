@@ -181,6 +181,8 @@ pub struct Scheduler {
     /// Batches launched and not yet applied (`result_queue`, overlap loop only).
     result_queue: std::collections::VecDeque<Batch>,
     shuffle: Option<Box<dyn QueueShuffle>>,
+    /// Ids of forgotten requests, reused by the next arrivals.
+    free_ids: Vec<RequestId>,
 }
 
 impl Scheduler {
@@ -226,6 +228,7 @@ impl Scheduler {
             finished: Vec::new(),
             result_queue: std::collections::VecDeque::new(),
             shuffle,
+            free_ids: Vec::new(),
         })
     }
 
@@ -244,8 +247,7 @@ impl Scheduler {
         let by_length = self.config.max_req_len.saturating_sub(input + 1);
         let by_memory = self.config.pool_tokens.saturating_sub(self.ceil_page(input) + self.page() + 1);
         let max_new_tokens = max_new_tokens.min(by_length).min(by_memory);
-        let id = self.requests.len();
-        self.requests.push(Request {
+        let request = Request {
             fill_ids: prompt.clone(),
             origin: prompt,
             output: Vec::new(),
@@ -267,9 +269,37 @@ impl Scheduler {
             to_finish: false,
             finished: None,
             finished_len: None,
-        });
+        };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.requests[id] = request;
+                id
+            }
+            None => {
+                self.requests.push(request);
+                self.requests.len() - 1
+            }
+        };
         self.waiting.push(id);
         (id, max_new_tokens)
+    }
+
+    /// Request ids allocated so far (forgotten ones are reused): what the scheduler's books hold.
+    pub fn request_slots(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Drop what a finished request holds and let a later arrival take its id. Call it only once
+    /// no batch in flight, no last batch and no running list can name it (two loop iterations
+    /// after it finished); without it the scheduler keeps every request it was given.
+    pub fn forget(&mut self, id: RequestId) {
+        let r = &mut self.requests[id];
+        debug_assert!(r.finished.is_some() && !r.has_row, "only a finished, released request is forgotten");
+        r.origin = Vec::new();
+        r.output = Vec::new();
+        r.fill_ids = Vec::new();
+        r.row = Vec::new();
+        self.free_ids.push(id);
     }
 
     /// Abort a request (`abort_request`): a waiting one leaves at once, the chunked one at the
