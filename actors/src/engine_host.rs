@@ -28,6 +28,7 @@ use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDurati
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
 
+use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_event};
 use crate::message::{
     CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage, KvNotify, PdLeg, TransferStart,
 };
@@ -140,13 +141,11 @@ pub struct EngineHost {
     /// answer still travelling from a request never scheduled).
     answered: Option<Vec<u64>>,
     aborted: u64,
-    /// Requests in the API server, by the time they reach the engine.
-    in_frontend: BTreeMap<(SimTime, u64), Box<CallRequest>>,
-    frontend_sequence: u64,
+    /// Requests in the API server.
+    api_server: ApiServer,
     priced: RankShares,
-    /// ∫ KV usage dt over the run, µs, and the highest usage seen.
-    kv_usage_integral: f64,
-    kv_usage_peak: f64,
+    /// The KV usage over the run.
+    kv_usage: UsageMeter,
     /// Where the step's KV events go, when the router reads them.
     kv_events: Option<KvEventsOut>,
     /// Where copy jobs go, when the instance offloads.
@@ -192,11 +191,9 @@ impl EngineHost {
             finished: Vec::new(),
             answered: keep_answered.then(Vec::new),
             aborted: 0,
-            in_frontend: BTreeMap::new(),
-            frontend_sequence: 0,
+            api_server: ApiServer::default(),
             priced: RankShares::default(),
-            kv_usage_integral: 0.0,
-            kv_usage_peak: 0.0,
+            kv_usage: UsageMeter::default(),
             kv_events: None,
             fabric: None,
             held_launch: None,
@@ -432,11 +429,7 @@ impl EngineHost {
 
     /// Time average of the KV usage from the start to `end`, and its peak.
     pub fn kv_usage(&self, end: SimTime) -> (f64, f64) {
-        let usage = self.engine.scheduler().kv().pool().usage();
-        let integral =
-            self.kv_usage_integral + usage * (end.as_micros() - self.last_transition.as_micros()) as f64;
-        let mean = if end.as_micros() == 0 { 0.0 } else { integral / end.as_micros() as f64 };
-        (mean, self.kv_usage_peak.max(usage))
+        self.kv_usage.mean_and_peak(self.engine.scheduler().kv().pool().usage(), end)
     }
 
     /// What a scrape of `/metrics` reads now: vLLM's gauges as of its latest step, and
@@ -509,8 +502,7 @@ impl EngineHost {
         let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
         let ready = now.saturating_add(ceil_micros(delay));
         if ready > now {
-            self.in_frontend.insert((ready, self.frontend_sequence), call);
-            self.frontend_sequence += 1;
+            self.api_server.enter(call, ready);
             return;
         }
         self.admit(&call, now, out);
@@ -542,9 +534,7 @@ impl EngineHost {
             });
         }
         // A request still in the API server never reaches the engine.
-        if let Some(key) = self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k)
-        {
-            self.in_frontend.remove(&key);
+        if self.api_server.cancel(abort.key) {
             if let (Some(pd), Some(_)) = (self.pd.as_mut(), phase) {
                 pd.aborts[0] += 1;
             }
@@ -837,12 +827,7 @@ impl Actor<ClusterMessage> for EngineHost {
             Loop::Idle | Loop::Held => None,
             Loop::Top(at) | Loop::Await(at) => Some(at),
         };
-        let frontend = self.in_frontend.keys().next().map(|&(at, _)| at);
-        match (engine, frontend) {
-            (Some(a), Some(b)) => TimeAdvance::until(self.last_transition, a.min(b)),
-            (Some(at), None) | (None, Some(at)) => TimeAdvance::until(self.last_transition, at),
-            (None, None) => TimeAdvance::Passive,
-        }
+        next_event(self.last_transition, engine, self.api_server.next_exit())
     }
 
     fn transition(
@@ -853,9 +838,7 @@ impl Actor<ClusterMessage> for EngineHost {
     ) {
         let now = ctx.now.time;
         // The usage held since the last transition.
-        let usage = self.engine.scheduler().kv().pool().usage();
-        self.kv_usage_integral += usage * (now.as_micros() - self.last_transition.as_micros()) as f64;
-        self.kv_usage_peak = self.kv_usage_peak.max(usage);
+        self.kv_usage.observe(self.engine.scheduler().kv().pool().usage(), now);
         let bag = match event {
             Event::Internal => None,
             Event::External(bag) | Event::Confluent(bag) => Some(bag),
@@ -873,10 +856,7 @@ impl Actor<ClusterMessage> for EngineHost {
             }
         }
         // Requests leaving the API server now, in the order they entered it.
-        while let Some(entry) = self.in_frontend.first_entry()
-            && entry.key().0 <= now
-        {
-            let call = entry.remove();
+        while let Some(call) = self.api_server.leave(now) {
             self.admit(&call, now, out);
         }
         self.run_loop(now, out);
@@ -913,11 +893,6 @@ impl Actor<ClusterMessage> for EngineHost {
             description.arg(name, value);
         }
     }
-}
-
-/// A priced time in whole microseconds, rounded up (the one rounding rule).
-fn ceil_micros(micros: f64) -> SimDuration {
-    SimDuration::from_micros_ceil(micros.max(0.0)).expect("the cost model prices steps finitely")
 }
 
 /// The rank that priced most of a step.

@@ -18,6 +18,7 @@ mod client;
 mod engine_host;
 pub mod experiment;
 pub mod fabric;
+mod instance;
 mod ledger;
 mod message;
 mod metrics;

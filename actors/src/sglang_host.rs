@@ -26,6 +26,7 @@ use blis_kernel::{
 };
 use blis_router::Scrape;
 
+use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_event};
 use crate::message::{CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage};
 
 /// The `random` policy's shuffles, drawn from the instance's named substream
@@ -82,12 +83,10 @@ pub struct SglangHost {
     finished: Vec<FinishedRequest>,
     answered: Option<Vec<u64>>,
     aborted: u64,
-    in_frontend: BTreeMap<(SimTime, u64), Box<CallRequest>>,
-    frontend_sequence: u64,
+    api_server: ApiServer,
     inbox: Vec<Inbound>,
     priced: RankShares,
-    kv_usage_integral: f64,
-    kv_usage_peak: f64,
+    kv_usage: UsageMeter,
 }
 
 impl SglangHost {
@@ -114,12 +113,10 @@ impl SglangHost {
             finished: Vec::new(),
             answered: keep_answered.then(Vec::new),
             aborted: 0,
-            in_frontend: BTreeMap::new(),
-            frontend_sequence: 0,
+            api_server: ApiServer::default(),
             inbox: Vec::new(),
             priced: RankShares::default(),
-            kv_usage_integral: 0.0,
-            kv_usage_peak: 0.0,
+            kv_usage: UsageMeter::default(),
         }
     }
 
@@ -145,11 +142,7 @@ impl SglangHost {
 
     /// Time average of the KV usage from the start to `end`, and its peak.
     pub fn kv_usage(&self, end: SimTime) -> (f64, f64) {
-        let usage = self.engine.kv_usage();
-        let integral =
-            self.kv_usage_integral + usage * (end.as_micros() - self.last_transition.as_micros()) as f64;
-        let mean = if end.as_micros() == 0 { 0.0 } else { integral / end.as_micros() as f64 };
-        (mean, self.kv_usage_peak.max(usage))
+        self.kv_usage.mean_and_peak(self.engine.kv_usage(), end)
     }
 
     /// The scheduler's counters for the Result.
@@ -195,9 +188,7 @@ impl SglangHost {
     /// A request enters the API server, which works on it first (HTTP, tokenization).
     fn send_to_frontend(&mut self, call: Box<CallRequest>, now: SimTime) {
         let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
-        let ready = now.saturating_add(ceil_micros(delay));
-        self.in_frontend.insert((ready, self.frontend_sequence), call);
-        self.frontend_sequence += 1;
+        self.api_server.enter(call, now.saturating_add(ceil_micros(delay)));
     }
 
     /// Queue an input for the next iteration's top, waking an idle loop.
@@ -211,9 +202,7 @@ impl SglangHost {
     /// A call its client gave up on: still in the API server it never reaches the scheduler;
     /// otherwise the scheduler aborts it at its next iteration.
     fn abort(&mut self, abort: CallAbort, now: SimTime) {
-        if let Some(key) = self.in_frontend.iter().find(|(_, c)| c.request.key == abort.key).map(|(k, _)| *k)
-        {
-            self.in_frontend.remove(&key);
+        if self.api_server.cancel(abort.key) {
             return;
         }
         self.ingest_later(Inbound::Abort(abort.key), now);
@@ -412,12 +401,7 @@ impl Actor<ClusterMessage> for SglangHost {
             Loop::Idle => None,
             Loop::Top(at) | Loop::Apply(at) => Some(at),
         };
-        let frontend = self.in_frontend.keys().next().map(|&(at, _)| at);
-        match (engine, frontend) {
-            (Some(a), Some(b)) => TimeAdvance::until(self.last_transition, a.min(b)),
-            (Some(at), None) | (None, Some(at)) => TimeAdvance::until(self.last_transition, at),
-            (None, None) => TimeAdvance::Passive,
-        }
+        next_event(self.last_transition, engine, self.api_server.next_exit())
     }
 
     fn transition(
@@ -427,9 +411,7 @@ impl Actor<ClusterMessage> for SglangHost {
         out: &mut Outbox<ClusterMessage>,
     ) {
         let now = ctx.now.time;
-        let usage = self.engine.kv_usage();
-        self.kv_usage_integral += usage * (now.as_micros() - self.last_transition.as_micros()) as f64;
-        self.kv_usage_peak = self.kv_usage_peak.max(usage);
+        self.kv_usage.observe(self.engine.kv_usage(), now);
         let bag = match event {
             Event::Internal => None,
             Event::External(bag) | Event::Confluent(bag) => Some(bag),
@@ -440,10 +422,7 @@ impl Actor<ClusterMessage> for SglangHost {
             }
         }
         // Requests leaving the API server now, in the order they entered it.
-        while let Some(entry) = self.in_frontend.first_entry()
-            && entry.key().0 <= now
-        {
-            let call = entry.remove();
+        while let Some(call) = self.api_server.leave(now) {
             self.ingest_later(Inbound::Request(call), now);
         }
         self.run_loop(now, out);
@@ -478,9 +457,4 @@ impl Actor<ClusterMessage> for SglangHost {
         description.arg("request_rows_free", rows);
         description.arg("kv_usage", self.engine.kv_usage());
     }
-}
-
-/// A priced time in whole microseconds, rounded up (the one rounding rule).
-fn ceil_micros(micros: f64) -> SimDuration {
-    SimDuration::from_micros_ceil(micros.max(0.0)).expect("the cost model prices steps finitely")
 }

@@ -7,61 +7,15 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use blis_contracts::yaml;
-use blis_contracts::{
-    AttentionKind, Dtype, Environment, MemoryFootprint, ModelArchitecture, PoolPlan, StepPrice, StepShape,
-};
 use blis_engines::sglang::scheduler::{QueueShuffle, RequestId};
 use blis_engines::sglang::{Device, FinishedRequest, SglangArgs, SglangEngine, SglangPlan, plan};
 use blis_engines::vllm::EngineRequest;
 
-const GIB: u64 = 1 << 30;
+#[path = "support/flat_environment.rs"]
+mod flat_environment;
+use flat_environment::{Flat, GIB, model};
+
 const MIB: u64 = 1 << 20;
-
-fn model() -> ModelArchitecture {
-    ModelArchitecture {
-        name: "llama-3.1-8b".to_owned(),
-        num_layers: 32,
-        hidden_size: 4096,
-        num_attention_heads: 32,
-        num_kv_heads: 8,
-        head_dim: 128,
-        intermediate_size: 14336,
-        vocab_size: 128_256,
-        max_position_embeddings: 131_072,
-        tie_word_embeddings: false,
-        weight_dtype: Dtype::Bfloat16,
-        compute_dtype: Dtype::Bfloat16,
-        gemm_dtype: Dtype::Bfloat16,
-        encoder_params: 0,
-        attention: AttentionKind::Full,
-        moe: None,
-    }
-}
-
-/// Fixed memory figures; a step costs one microsecond per padded token, none of it host time.
-struct Flat {
-    capacity_bytes: u64,
-}
-
-impl Environment for Flat {
-    fn transfer_bytes(&self, transfer: &blis_contracts::Transfer) -> u64 {
-        transfer.gpu_blocks
-    }
-
-    fn memory(&self, _plan: &PoolPlan) -> MemoryFootprint {
-        MemoryFootprint {
-            gpu_capacity_bytes: self.capacity_bytes,
-            weights_bytes: 16 * GIB,
-            activation_peak_bytes: GIB,
-            non_torch_bytes: GIB,
-            cuda_graph_bytes: 0,
-        }
-    }
-
-    fn price(&self, step: &StepShape) -> StepPrice {
-        StepPrice { micros: step.padded_tokens as f64, ..StepPrice::default() }
-    }
-}
 
 #[derive(Debug)]
 struct NoShuffle;

@@ -5,13 +5,14 @@
 //!
 //! `UPDATE_FIELDS=1 cargo test -p blis-engines --test sglang_fields` rewrites `FIELDS.md`.
 
-use std::fmt::Write;
-
 use blis_contracts::yaml;
 use blis_engines::sglang::SglangArgs;
 use blis_engines::sglang::fields::{ARGUMENTS, Treatment};
 
 const RELEASE_ARGUMENTS: &str = include_str!("../src/sglang/server_args_0.5.23.txt");
+#[path = "support/fields_table.rs"]
+mod fields_table;
+
 const FIELDS_MD: &str = "src/sglang/FIELDS.md";
 
 #[test]
@@ -90,15 +91,7 @@ fn render() -> String {
          ## Arguments\n\n\
          | argument | treatment | why / sample |\n|---|---|---|\n",
     );
-    for &(name, treatment) in ARGUMENTS {
-        let (kind, detail) = match treatment {
-            Treatment::Modelled => ("modelled", String::new()),
-            Treatment::Limited { why } => ("modelled in part", why.to_owned()),
-            Treatment::Inert { why, sample } => ("inert", format!("{why} (sample `{sample}`)")),
-            Treatment::Refused { why } => ("refused", why.to_owned()),
-        };
-        let _ = writeln!(out, "| `{name}` | {kind} | {} |", detail.replace('|', "\\|"));
-    }
+    fields_table::rows(ARGUMENTS, &mut out);
     out
 }
 

@@ -3,64 +3,15 @@
 
 use std::sync::Arc;
 
-use blis_contracts::{
-    AttentionKind, Dtype, Environment, GraphPolicy, MemoryFootprint, ModelArchitecture, PoolPlan, StepGraph,
-    StepPrice, StepShape,
-};
+use blis_contracts::{GraphPolicy, StepGraph};
 use blis_engines::vllm::{
     DeviceClass, EngineRequest, FinishedRequest, KvEvent, Stall, VllmArgs, VllmEngine, capture_sizes,
     event_value, hash_block, none_hash, plan,
 };
 
-const GIB: u64 = 1 << 30;
-
-/// Llama-3.1-8B's shape.
-fn model() -> ModelArchitecture {
-    ModelArchitecture {
-        name: "llama-3.1-8b".to_owned(),
-        num_layers: 32,
-        hidden_size: 4096,
-        num_attention_heads: 32,
-        num_kv_heads: 8,
-        head_dim: 128,
-        intermediate_size: 14336,
-        vocab_size: 128_256,
-        max_position_embeddings: 131_072,
-        tie_word_embeddings: false,
-        weight_dtype: Dtype::Bfloat16,
-        compute_dtype: Dtype::Bfloat16,
-        gemm_dtype: Dtype::Bfloat16,
-        encoder_params: 0,
-        attention: AttentionKind::Full,
-        moe: None,
-    }
-}
-
-/// An Environment with fixed memory figures that prices a step at one microsecond per padded
-/// token (the tests look at shapes, not times).
-struct Flat {
-    capacity_bytes: u64,
-}
-
-impl Environment for Flat {
-    fn transfer_bytes(&self, transfer: &blis_contracts::Transfer) -> u64 {
-        transfer.gpu_blocks
-    }
-
-    fn memory(&self, _plan: &PoolPlan) -> MemoryFootprint {
-        MemoryFootprint {
-            gpu_capacity_bytes: self.capacity_bytes,
-            weights_bytes: 16 * GIB,
-            activation_peak_bytes: GIB,
-            non_torch_bytes: GIB,
-            cuda_graph_bytes: 0,
-        }
-    }
-
-    fn price(&self, step: &StepShape) -> StepPrice {
-        StepPrice { micros: step.padded_tokens as f64, ..StepPrice::default() }
-    }
-}
+#[path = "support/flat_environment.rs"]
+mod flat_environment;
+use flat_environment::{Flat, GIB, model};
 
 const H100: DeviceClass<'static> = DeviceClass { name: "H100-SXM-80GB", capacity_bytes: 80 * GIB };
 const A100_40: DeviceClass<'static> = DeviceClass { name: "A100-SXM-40GB", capacity_bytes: 40 * GIB };

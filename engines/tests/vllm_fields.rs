@@ -4,12 +4,13 @@
 //!
 //! `UPDATE_FIELDS=1 cargo test -p blis-engines --test vllm_fields` rewrites `FIELDS.md`.
 
-use std::fmt::Write;
-
 use blis_contracts::yaml;
 use blis_engines::vllm::{ARGUMENTS, Treatment, VllmArgs};
 
 const RELEASE_ARGUMENTS: &str = include_str!("../src/vllm/engine_args_0.15.1.txt");
+#[path = "support/fields_table.rs"]
+mod fields_table;
+
 const FIELDS_MD: &str = "src/vllm/FIELDS.md";
 
 #[test]
@@ -88,15 +89,7 @@ fn render() -> String {
          ## Arguments\n\n\
          | argument | treatment | why / sample |\n|---|---|---|\n",
     );
-    for &(name, treatment) in ARGUMENTS {
-        let (kind, detail) = match treatment {
-            Treatment::Modelled => ("modelled", String::new()),
-            Treatment::Limited { why } => ("modelled in part", why.to_owned()),
-            Treatment::Inert { why, sample } => ("inert", format!("{why} (sample `{sample}`)")),
-            Treatment::Refused { why } => ("refused", why.to_owned()),
-        };
-        let _ = writeln!(out, "| `{name}` | {kind} | {} |", detail.replace('|', "\\|"));
-    }
+    fields_table::rows(ARGUMENTS, &mut out);
     out
 }
 

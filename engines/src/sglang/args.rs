@@ -11,9 +11,10 @@ use blis_contracts::yaml::{self, YamlValue};
 use blis_contracts::{Dtype, FieldError, ModelArchitecture};
 use serde::Deserialize;
 
-use super::fields::{Treatment, treatment};
+use super::fields::treatment;
 use super::radix_cache::EvictionPolicy;
 use super::scheduler::SchedulePolicy;
+use crate::fields::screen;
 
 /// The SGLang release this build models.
 pub const SGLANG_VERSION: &str = "0.5.23";
@@ -123,27 +124,7 @@ impl SglangArgs {
     /// first, so a refused one is named with its reason and an inert one is dropped.
     pub fn from_yaml(value: &YamlValue, path: &str) -> Result<SglangArgs, FieldError> {
         let mut modelled = value.clone();
-        if let Some(mapping) = modelled.as_mapping_mut() {
-            let mut inert = Vec::new();
-            for (key, setting) in mapping.iter() {
-                let Some(name) = key.as_str() else { continue };
-                match treatment(name) {
-                    Some(Treatment::Refused { why }) => {
-                        let rendered = serde_json::to_string(setting).unwrap_or_default();
-                        return Err(FieldError::new(
-                            format!("{path}.{name}"),
-                            rendered.trim_matches('"'),
-                            format!("an SGLang {SGLANG_VERSION} argument this build does not model: {why}"),
-                        ));
-                    }
-                    Some(Treatment::Inert { .. }) => inert.push(key.clone()),
-                    Some(Treatment::Modelled | Treatment::Limited { .. }) | None => {}
-                }
-            }
-            for key in inert {
-                mapping.remove(&key);
-            }
-        }
+        screen(&mut modelled, path, &format!("an SGLang {SGLANG_VERSION}"), treatment)?;
         yaml::from_value(&modelled, path)
     }
 

@@ -13,8 +13,8 @@
 //! ([`super::defaults`]); the Environment supplies the weights and the other fixed memory.
 
 use blis_contracts::{
-    AttentionKind, EngineIdentity, Environment, FieldError, GraphPolicy as CapturePolicy, KvPlan,
-    MemoryFootprint, ModelArchitecture, ParallelLayout, PoolPlan,
+    EngineIdentity, Environment, FieldError, GraphPolicy as CapturePolicy, KvPlan, MemoryFootprint,
+    ModelArchitecture, ParallelLayout, PoolPlan,
 };
 use serde::Serialize;
 
@@ -129,20 +129,7 @@ pub fn plan(
     environment: impl FnOnce(&PoolPlan) -> Box<dyn Environment>,
     pool_path: &str,
 ) -> Result<(SglangPlan, Box<dyn Environment>), FieldError> {
-    let unlowered = match model.attention {
-        AttentionKind::Full => None,
-        AttentionKind::SlidingWindow { window } => {
-            Some(format!("sliding-window attention (window {window})"))
-        }
-        AttentionKind::MultiHeadLatent { .. } => Some("multi-head latent attention (MLA)".to_owned()),
-    };
-    if let Some(attention) = unlowered {
-        return Err(FieldError::new(
-            format!("{pool_path}.model"),
-            &model.name,
-            format!("{attention} is not lowered by the SGLang port yet"),
-        ));
-    }
+    crate::fields::refuse_unlowered_attention(model, "the SGLang port", pool_path)?;
     let path = &format!("{pool_path}.engine.args");
     let at = |field: &str| format!("{path}.{field}");
     let choice = args.choose(model, path)?;

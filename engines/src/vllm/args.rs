@@ -10,7 +10,8 @@ use blis_contracts::{FieldError, ModelArchitecture};
 use serde::{Deserialize, Serialize};
 
 use super::connector::{KvConnectorKind, KvTransferConfig, NixlConfig, OffloadConfig};
-use super::fields::{Treatment, treatment};
+use super::fields::treatment;
+use crate::fields::screen;
 
 /// The vLLM release this build models.
 pub const VLLM_VERSION: &str = "0.15.1";
@@ -142,37 +143,19 @@ impl VllmArgs {
     /// arguments first, so a refused one is named with its reason and an inert one is dropped.
     pub fn from_yaml(value: &YamlValue, path: &str) -> Result<VllmArgs, FieldError> {
         let mut modelled = value.clone();
-        if let Some(mapping) = modelled.as_mapping_mut() {
-            let mut inert = Vec::new();
-            for (key, setting) in mapping.iter() {
-                let Some(name) = key.as_str() else { continue };
-                match treatment(name) {
-                    Some(Treatment::Refused { why }) => {
-                        let rendered = serde_json::to_string(setting).unwrap_or_default();
-                        return Err(FieldError::new(
-                            format!("{path}.{name}"),
-                            rendered.trim_matches('"'),
-                            format!("a vLLM {VLLM_VERSION} argument this build does not model: {why}"),
-                        ));
-                    }
-                    Some(Treatment::Inert { .. }) => inert.push(key.clone()),
-                    Some(Treatment::Modelled | Treatment::Limited { .. }) | None => {}
-                }
-            }
-            let kv_events_config_given = mapping.get("kv_events_config").is_some_and(|v| !v.is_null());
-            let disable_hybrid = mapping.get("disable_hybrid_kv_cache_manager").and_then(|v| v.as_bool());
-            for key in inert {
-                mapping.remove(&key);
-            }
-            let mut args: VllmArgs = yaml::from_value(&modelled, path)?;
-            // Read only with a connector: alone, both stay inert.
-            if args.kv_transfer_config.is_some() || args.kv_offloading_size.is_some() {
-                args.kv_events_config_given = kv_events_config_given;
-                args.disable_hybrid_kv_cache_manager = disable_hybrid;
-            }
-            return Ok(args);
+        let mapping = value.as_mapping();
+        let kv_events_config_given =
+            mapping.and_then(|m| m.get("kv_events_config")).is_some_and(|v| !v.is_null());
+        let disable_hybrid =
+            mapping.and_then(|m| m.get("disable_hybrid_kv_cache_manager")).and_then(|v| v.as_bool());
+        screen(&mut modelled, path, &format!("a vLLM {VLLM_VERSION}"), treatment)?;
+        let mut args: VllmArgs = yaml::from_value(&modelled, path)?;
+        // Read only with a connector: alone, both stay inert.
+        if args.kv_transfer_config.is_some() || args.kv_offloading_size.is_some() {
+            args.kv_events_config_given = kv_events_config_given;
+            args.disable_hybrid_kv_cache_manager = disable_hybrid;
         }
-        yaml::from_value(&modelled, path)
+        Ok(args)
     }
 
     /// Resolve against the model and device; `path` is where these args sit in the scenario.

@@ -14,8 +14,8 @@
 //! module applies the rule and refuses to start where vLLM refuses, with vLLM's own condition.
 
 use blis_contracts::{
-    AttentionKind, Dtype, EngineIdentity, Environment, FieldError, GraphPolicy, KvPlan, MemoryFootprint,
-    ModelArchitecture, ParallelLayout, PoolPlan,
+    Dtype, EngineIdentity, Environment, FieldError, GraphPolicy, KvPlan, MemoryFootprint, ModelArchitecture,
+    ParallelLayout, PoolPlan,
 };
 use serde::Serialize;
 
@@ -64,20 +64,7 @@ pub fn plan(
     environment: impl FnOnce(&PoolPlan) -> Box<dyn Environment>,
     pool_path: &str,
 ) -> Result<(VllmPlan, Box<dyn Environment>), FieldError> {
-    let unlowered = match model.attention {
-        AttentionKind::Full => None,
-        AttentionKind::SlidingWindow { window } => {
-            Some(format!("sliding-window attention (window {window})"))
-        }
-        AttentionKind::MultiHeadLatent { .. } => Some("multi-head latent attention (MLA)".to_owned()),
-    };
-    if let Some(attention) = unlowered {
-        return Err(FieldError::new(
-            format!("{pool_path}.model"),
-            &model.name,
-            format!("{attention} is not lowered by the vLLM port yet"),
-        ));
-    }
+    crate::fields::refuse_unlowered_attention(model, "the vLLM port", pool_path)?;
     let path = &format!("{pool_path}.engine.args");
     let config = args.resolve(model, device, path)?;
     let tp = config.tensor_parallel_size;

@@ -1,0 +1,85 @@
+//! What every engine host shares, whatever engine it adapts: the API server a request passes
+//! before the engine sees it, the meter of the KV cache's usage over time, and the one rounding
+//! rule of priced times.
+
+use std::collections::BTreeMap;
+
+use blis_kernel::{SimDuration, SimTime, TimeAdvance};
+
+use crate::message::CallRequest;
+
+/// A priced time in whole microseconds, rounded up (the one rounding rule).
+pub(crate) fn ceil_micros(micros: f64) -> SimDuration {
+    SimDuration::from_micros_ceil(micros.max(0.0)).expect("the cost model prices steps finitely")
+}
+
+/// The API server (HTTP, tokenization): requests in it by the time they leave, in the order
+/// they entered.
+#[derive(Default)]
+pub(crate) struct ApiServer {
+    queue: BTreeMap<(SimTime, u64), Box<CallRequest>>,
+    sequence: u64,
+}
+
+impl ApiServer {
+    /// `call` is in the server until `ready`.
+    pub(crate) fn enter(&mut self, call: Box<CallRequest>, ready: SimTime) {
+        self.queue.insert((ready, self.sequence), call);
+        self.sequence += 1;
+    }
+
+    /// When the next request leaves.
+    pub(crate) fn next_exit(&self) -> Option<SimTime> {
+        self.queue.keys().next().map(|&(at, _)| at)
+    }
+
+    /// The next request leaving by `now`, if any.
+    pub(crate) fn leave(&mut self, now: SimTime) -> Option<Box<CallRequest>> {
+        let entry = self.queue.first_entry()?;
+        (entry.key().0 <= now).then(|| entry.remove())
+    }
+
+    /// Drop the request `key` if it is still inside; whether it was.
+    pub(crate) fn cancel(&mut self, key: u64) -> bool {
+        let Some(at) = self.queue.iter().find(|(_, c)| c.request.key == key).map(|(k, _)| *k) else {
+            return false;
+        };
+        self.queue.remove(&at);
+        true
+    }
+}
+
+/// ∫ KV usage dt from the start, and the highest usage seen, sampled at every transition.
+#[derive(Default)]
+pub(crate) struct UsageMeter {
+    integral: f64,
+    peak: f64,
+    last: SimTime,
+}
+
+impl UsageMeter {
+    /// The usage held since the last observation was `usage`; the clock is now `now`.
+    pub(crate) fn observe(&mut self, usage: f64, now: SimTime) {
+        self.integral += usage * (now.as_micros() - self.last.as_micros()) as f64;
+        self.peak = self.peak.max(usage);
+        self.last = now;
+    }
+
+    /// Time average from the start to `end` with `usage` held since the last observation, and
+    /// the peak.
+    pub(crate) fn mean_and_peak(&self, usage: f64, end: SimTime) -> (f64, f64) {
+        let integral = self.integral + usage * (end.as_micros() - self.last.as_micros()) as f64;
+        let mean = if end.as_micros() == 0 { 0.0 } else { integral / end.as_micros() as f64 };
+        (mean, self.peak.max(usage))
+    }
+}
+
+/// When a host next acts: at the engine loop's time or the API server's next exit, whichever
+/// comes first.
+pub(crate) fn next_event(last: SimTime, engine: Option<SimTime>, frontend: Option<SimTime>) -> TimeAdvance {
+    match (engine, frontend) {
+        (Some(a), Some(b)) => TimeAdvance::until(last, a.min(b)),
+        (Some(at), None) | (None, Some(at)) => TimeAdvance::until(last, at),
+        (None, None) => TimeAdvance::Passive,
+    }
+}
