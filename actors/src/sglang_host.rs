@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use blis_contracts::{RankShares, SglangRecord, StepGraph};
 use blis_engines::sglang::scheduler::{QueueShuffle, RequestId};
-use blis_engines::sglang::{Ending, FinishedRequest, SglangEngine};
+use blis_engines::sglang::{Ending, FinishedRequest, Rejection, SglangEngine};
 use blis_kernel::{
     Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, Substream, TimeAdvance,
 };
@@ -238,16 +238,19 @@ impl SglangHost {
                     self.first_token_pending.insert(key);
                 }
             }
-            Err(rejection) => {
-                let answer = CallRejection {
-                    key,
-                    client: call.client,
-                    instance: self.name.clone(),
-                    reason: rejection.reason().to_owned(),
-                };
-                out.send(self.router, self.delay_to_router, ClusterMessage::Rejection(Box::new(answer)));
-            }
+            Err(rejection) => self.refuse(call, rejection, out),
         }
+    }
+
+    /// Answer `call` with the server's refusal.
+    fn refuse(&self, call: &CallRequest, rejection: Rejection, out: &mut Outbox<ClusterMessage>) {
+        let answer = CallRejection {
+            key: call.request.key,
+            client: call.client,
+            instance: self.name.clone(),
+            reason: rejection.reason().to_owned(),
+        };
+        out.send(self.router, self.delay_to_router, ClusterMessage::Rejection(Box::new(answer)));
     }
 
     /// Answer for the requests that left the instance.
@@ -422,8 +425,13 @@ impl Actor<ClusterMessage> for SglangHost {
             }
         }
         // Requests leaving the API server now, in the order they entered it.
+        // Requests leaving the API server now: the tokenizer manager refuses what no context
+        // holds and sends the rest to the scheduler's input queue.
         while let Some(call) = self.api_server.leave(now) {
-            self.ingest_later(Inbound::Request(call), now);
+            match self.engine.validate(&call.request) {
+                Ok(()) => self.ingest_later(Inbound::Request(call), now),
+                Err(rejection) => self.refuse(&call, rejection, out),
+            }
         }
         self.run_loop(now, out);
         if let Some(deadlock) = self.engine.deadlock() {

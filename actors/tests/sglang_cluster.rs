@@ -118,6 +118,11 @@ fn a_kv_pool_cap_forces_retraction_and_every_call_still_ends() {
     let fates = &output.result.fates;
     assert!(fates.conserved() && fates.completed > 0, "{fates:?}");
     assert!(output.result.instances.iter().any(|i| i.preemptions > 0), "a 2000-token pool retracts");
+    // A retracted request gets one token time per token it produced, no more (under the overlap
+    // loop the batch in flight when it was retracted gives it none).
+    for call in output.calls.iter().filter(|c| !c.token_latency_us.is_empty()) {
+        assert_eq!(call.token_latency_us.len() as u32, call.output_tokens, "{call:?}");
+    }
     let pools = &output.result.scenario.resolved["pools"][0]["engine"];
     assert_eq!(pools["kv_pool"]["max_total_num_tokens"], 2000);
 }

@@ -42,8 +42,8 @@ fn an_h100_resolves_the_release_defaults_and_sizes_the_pool_from_memory() {
     assert_eq!((c.chunked_prefill_size, c.mem_fraction_static), (Some(8192), 0.83));
     assert_eq!(c.decode_graph_batch_sizes.last(), Some(&256));
     assert_eq!(c.prefill_graph_token_buckets.len(), 58);
-    // budget = total × 0.83 − weights (16 GiB) − other (1 GiB); 128 KiB of KV per token.
-    let budget = (H100_BYTES as f64 * 0.83) as i64 - 17 * GIB as i64;
+    // budget = (total − other, 1 GiB) × 0.83 − weights (16 GiB); 128 KiB of KV per token.
+    let budget = ((H100_BYTES - GIB) as f64 * 0.83) as i64 - 16 * GIB as i64;
     assert_eq!(plan.budget.budget_bytes, budget);
     assert_eq!(plan.budget.bytes_per_token, 2 * 32 * 8 * 128 * 2);
     assert_eq!(plan.budget.max_total_num_tokens, budget as u64 / (128 * 1024));

@@ -78,16 +78,19 @@ fn render() -> String {
          - The GPU memory the defaults read (`handle_gpu_memory_settings`) is the catalog's\n  \
          capacity, which is what torch reports (81090 MiB on H100-SXM), not `nvidia-smi`'s total\n  \
          (81559 MiB): `mem_fraction_static` resolves to 0.829 where a real H100 resolves 0.830.\n\
-         - The KV pool's budget is `total × mem_fraction_static − weights − the memory the cost\n  \
-         model puts outside torch` (CUDA context, communication buffers); upstream measures the\n  \
-         free memory after loading.\n\
+         - The KV pool's budget is `(total − the memory the cost model puts outside torch) ×\n  \
+         mem_fraction_static − weights`, upstream's rule with the free memory it measures before\n  \
+         loading the weights taken from the cost model.\n\
          - Requests end by length (outputs come from the workload, as with `ignore_eos`).\n\
          - `random`'s shuffles come from the instance's named substream of the run seed, not the\n  \
          process-wide generator `random_seed` seeds.\n\
          - The gauges (`sglang:num_running_reqs`, `num_queue_reqs`, `token_usage`,\n  \
-         `cache_hit_rate`, `new_token_ratio`) update when a pass forms a prefill batch and every\n  \
-         `decode_log_interval` decode results, as the scheduler logs them; a scrape reads the\n  \
-         last update.\n\n\
+         `cache_hit_rate`, `new_token_ratio`) update as upstream reports them: when a prefill or\n  \
+         mixed batch's result is processed (with the running count, hit rate and ratio its pass\n  \
+         saw), every `decode_log_interval` decode results (with that batch's size), and when the\n  \
+         server falls idle; a scrape reads the last report.\n\
+         - A prompt of at least `max_req_input_len` tokens is refused when the scheduler takes it;\n  \
+         upstream queues it as a one-token prefill and answers 400 with that prefill's result.\n\n\
          ## Arguments\n\n\
          | argument | treatment | why / sample |\n|---|---|---|\n",
     );

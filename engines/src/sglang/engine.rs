@@ -26,7 +26,7 @@ pub enum Rejection {
         /// The limit.
         context_length: u32,
     },
-    /// The prompt is at least `max_req_input_len` (the scheduler aborts it at once).
+    /// The prompt is at least `max_req_input_len` (the scheduler answers 400).
     ExceedsMaxInputLength {
         /// Prompt tokens.
         prompt: u32,
@@ -73,8 +73,10 @@ pub struct FinishedRequest {
     pub cached_tokens: u32,
 }
 
-/// The scheduler's Prometheus gauges as of their last update (after a prefill pass and every
-/// `decode_log_interval` decode results), as a scrape of `/metrics` reads them.
+/// The scheduler's Prometheus gauges as of their last update, as a scrape of `/metrics` reads
+/// them. Upstream reports them when a prefill (or mixed) batch's result is processed, with the
+/// running count, hit rate and ratio its pass saw; every `decode_log_interval` decode results,
+/// with that decode batch's size; and when the server falls idle.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Gauges {
     /// `sglang:num_running_reqs`.
@@ -137,11 +139,19 @@ struct Held {
     aborted: bool,
 }
 
-/// A launched batch: its rows and how many tokens each had before it.
+/// What a prefill pass saw when it formed its batch (`PrefillStats`), reported with its result.
+#[derive(Clone, Copy, Debug)]
+struct PrefillSnapshot {
+    running: usize,
+    cache_hit_rate: f64,
+    new_token_ratio: f64,
+}
+
+/// A launched batch, and for a prefill batch what its pass saw.
 #[derive(Debug)]
 struct InFlight {
     batch: Batch,
-    outputs_before: Vec<usize>,
+    prefill: Option<PrefillSnapshot>,
 }
 
 /// One SGLang instance.
@@ -165,8 +175,8 @@ pub struct SglangEngine {
     /// older ones at the iteration's end, when no batch can name them any more.
     released_now: Vec<RequestId>,
     released_before: Vec<RequestId>,
-    /// Waiting requests aborted while a batch in flight names them.
-    aborted_in_batch: Vec<RequestId>,
+    /// Output counts of the rows of the batch being applied, before it (reused).
+    outputs_before: Vec<usize>,
 }
 
 impl SglangEngine {
@@ -194,7 +204,7 @@ impl SglangEngine {
             first_tokens: Vec::new(),
             released_now: Vec::new(),
             released_before: Vec::new(),
-            aborted_in_batch: Vec::new(),
+            outputs_before: Vec::new(),
         })
     }
 
@@ -218,8 +228,9 @@ impl SglangEngine {
         self.environment.frontend_micros(prompt_tokens)
     }
 
-    /// Accept a request, or refuse it as the server would.
-    pub fn add_request(&mut self, request: &EngineRequest) -> Result<(), Rejection> {
+    /// The tokenizer manager's checks of a request (`_validate_one_request`), made before it
+    /// is sent to the scheduler.
+    pub fn validate(&self, request: &EngineRequest) -> Result<(), Rejection> {
         let config = &self.plan.config;
         let prompt = request.prompt_token_ids.len() as u32;
         if prompt == 0 {
@@ -229,6 +240,15 @@ impl SglangEngine {
         if total > u64::from(config.context_length) {
             return Err(Rejection::ExceedsContextLength { total, context_length: config.context_length });
         }
+        Ok(())
+    }
+
+    /// The scheduler takes a request [`SglangEngine::validate`] passed, or refuses one whose
+    /// prompt is at least `max_req_input_len` (upstream queues it as a one-token prefill and
+    /// answers 400 with that prefill's result; here it is refused at once).
+    pub fn add_request(&mut self, request: &EngineRequest) -> Result<(), Rejection> {
+        let config = &self.plan.config;
+        let prompt = request.prompt_token_ids.len() as u32;
         if prompt >= config.max_req_input_len {
             return Err(Rejection::ExceedsMaxInputLength {
                 prompt,
@@ -260,21 +280,14 @@ impl SglangEngine {
         let held = self.held[id].as_mut().expect("a held key has its request");
         held.aborted = true;
         self.scheduler.abort(id);
-        // A waiting request leaves the scheduler at once; one a batch in flight still names (a
-        // retracted one) leaves the books when that batch is applied.
+        // A waiting request leaves at once. (No batch in flight can name it: aborts arrive at an
+        // iteration's top, and a request retracted back to the queue was left out of the batch
+        // launched since, the only one still in flight.)
         if self.scheduler.finish_of(id) == Some(Finish::Abort) {
-            if self.in_batch(id) {
-                self.aborted_in_batch.push(id);
-            } else {
-                self.release(id);
-            }
+            debug_assert!(!self.in_flight.iter().any(|f| f.batch.requests.contains(&id)));
+            self.release(id);
         }
         true
-    }
-
-    fn in_batch(&self, id: RequestId) -> bool {
-        self.in_flight.iter().any(|f| f.batch.requests.contains(&id))
-            || self.formed.as_ref().is_some_and(|b| b.requests.contains(&id))
     }
 
     fn release(&mut self, id: RequestId) -> Option<Held> {
@@ -287,6 +300,7 @@ impl SglangEngine {
     /// Form the next batch (`get_next_batch_to_run`) and launch it; its price, or `None` when
     /// there is nothing to run.
     pub fn form(&mut self, finished: &mut Vec<FinishedRequest>) -> Option<StepPrice> {
+        let chunked_before = self.scheduler.chunked();
         let batch = self.scheduler.next_batch();
         for &id in self.scheduler.retracted() {
             if let Some(held) = self.held[id].as_mut() {
@@ -320,30 +334,28 @@ impl SglangEngine {
             BatchKind::Decode => self.counters.decode_batches += 1,
             BatchKind::Mixed => self.counters.mixed_batches += 1,
         }
-        if batch.kind != BatchKind::Decode {
-            self.prefill_pass(&batch);
-        }
+        let prefill = (batch.kind != BatchKind::Decode).then(|| self.prefill_pass(&batch, chunked_before));
         let price = self.environment.price(&self.shape);
-        let outputs_before = batch.requests.iter().map(|&id| self.scheduler.outputs(id)).collect();
         if self.plan.scheduler.overlap {
             self.scheduler.launch(&batch);
         }
-        self.in_flight.push_back(InFlight { batch: batch.clone(), outputs_before });
+        self.in_flight.push_back(InFlight { batch: batch.clone(), prefill });
         self.formed = Some(batch);
         Some(price)
     }
 
-    /// A prefill pass formed `batch`: first prefills record their cached prompt tokens, and the
-    /// gauges update (`log_prefill_stats`).
-    fn prefill_pass(&mut self, batch: &Batch) {
+    /// A prefill pass formed `batch`: first prefills record their cached prompt tokens, and what
+    /// the pass saw is kept for its result's report. The chunk carried over from the last pass
+    /// adds no hit tokens (`add_chunked_req`); re-prefills of retracted requests add none either.
+    fn prefill_pass(&mut self, batch: &Batch, chunked_before: Option<RequestId>) -> PrefillSnapshot {
         let (mut hit, mut extend) = (0u64, 0u64);
         for &id in batch.requests.iter().filter(|id| !batch.decoding.contains(id)) {
             let row = self.scheduler.extend_row(id);
-            if self.scheduler.ever_retracted(id) {
+            extend += row.extend_len as u64;
+            if self.scheduler.ever_retracted(id) || chunked_before == Some(id) {
                 continue;
             }
             hit += row.prefix_len as u64;
-            extend += row.extend_len as u64;
             if let Some(held) = self.held[id].as_mut()
                 && held.cached_tokens.is_none()
             {
@@ -352,20 +364,26 @@ impl SglangEngine {
                 self.counters.prompt_tokens += self.scheduler.prompt_len(id) as u64;
             }
         }
-        self.update_gauges();
-        if hit + extend > 0 {
-            self.gauges.cache_hit_rate = hit as f64 / (hit + extend) as f64;
+        // The running batch as the pass saw it, before a mixed batch took its decodes.
+        let running = match batch.kind {
+            BatchKind::Mixed => batch.decoding.len(),
+            _ => self.scheduler.running().len(),
+        };
+        PrefillSnapshot {
+            running,
+            cache_hit_rate: if hit + extend > 0 { hit as f64 / (hit + extend) as f64 } else { 0.0 },
+            new_token_ratio: self.scheduler.new_token_ratio(),
         }
     }
 
-    fn update_gauges(&mut self) {
+    /// The gauges read from the pool and the queue now, with `running` requests running.
+    fn report(&mut self, running: usize) {
         let [available, evictable, _, _] = self.scheduler.sizes();
         let capacity = self.plan.scheduler.pool_tokens as f64;
         let used = capacity - available as f64 - evictable as f64;
-        self.gauges.num_running_reqs = self.scheduler.running().len() as f64;
+        self.gauges.num_running_reqs = running as f64;
         self.gauges.num_queue_reqs = self.scheduler.waiting().len() as f64;
         self.gauges.token_usage = (used / capacity * 100.0).round() / 100.0;
-        self.gauges.new_token_ratio = self.scheduler.new_token_ratio();
     }
 
     /// The step the last formed batch runs.
@@ -387,6 +405,10 @@ impl SglangEngine {
     /// and the requests it finished are handed out.
     pub fn apply_oldest(&mut self, now_us: u64, finished: &mut Vec<FinishedRequest>) {
         let Some(in_flight) = self.in_flight.pop_front() else { return };
+        // Counted now, not when the batch was formed: under the overlap loop the batch before it
+        // was applied in between (and a request it retracted gets no token from this one).
+        self.outputs_before.clear();
+        self.outputs_before.extend(in_flight.batch.requests.iter().map(|&id| self.scheduler.outputs(id)));
         let outputs = &self.held;
         let token = |id: RequestId, k: usize| {
             outputs[id].as_ref().and_then(|h| h.outputs.get(k).copied()).unwrap_or(0)
@@ -397,7 +419,7 @@ impl SglangEngine {
             self.scheduler.process_result(&in_flight.batch, token);
         }
         self.first_tokens.clear();
-        for (&id, &before) in in_flight.batch.requests.iter().zip(&in_flight.outputs_before) {
+        for (&id, &before) in in_flight.batch.requests.iter().zip(&self.outputs_before) {
             let after = self.scheduler.outputs(id);
             if after > before
                 && let Some(held) = self.held[id].as_mut()
@@ -408,10 +430,17 @@ impl SglangEngine {
                 }
             }
         }
-        if in_flight.batch.kind == BatchKind::Decode {
-            self.decode_results += 1;
-            if self.decode_results.is_multiple_of(u64::from(self.plan.config.decode_log_interval)) {
-                self.update_gauges();
+        match in_flight.prefill {
+            Some(pass) => {
+                self.report(pass.running);
+                self.gauges.cache_hit_rate = pass.cache_hit_rate;
+                self.gauges.new_token_ratio = pass.new_token_ratio;
+            }
+            None => {
+                self.decode_results += 1;
+                if self.decode_results.is_multiple_of(u64::from(self.plan.config.decode_log_interval)) {
+                    self.report(in_flight.batch.requests.len());
+                }
             }
         }
         for (id, _, _) in self.scheduler.take_finished() {
@@ -434,20 +463,16 @@ impl SglangEngine {
     /// left). A scheduler that formed nothing with requests waiting and nothing running or in
     /// flight can never form anything: that is a deadlock.
     pub fn end_iteration(&mut self, applied: bool) {
-        for id in std::mem::take(&mut self.aborted_in_batch) {
-            if self.in_flight.iter().any(|f| f.batch.requests.contains(&id)) {
-                self.aborted_in_batch.push(id);
-            } else {
-                self.release(id);
-            }
-        }
         for id in self.released_before.drain(..) {
             self.scheduler.forget(id);
         }
         std::mem::swap(&mut self.released_before, &mut self.released_now);
         let batch = self.formed.take();
         if batch.is_none() && !applied {
-            self.scheduler.on_idle();
+            // Fully idle: the ratio resets and stale gauges are republished (`_maybe_log_idle_metrics`).
+            if self.scheduler.on_idle() && self.gauges.num_running_reqs != 0.0 {
+                self.report(0);
+            }
             if self.in_flight.is_empty()
                 && !self.scheduler.waiting().is_empty()
                 && self.scheduler.running().is_empty()
@@ -502,7 +527,7 @@ impl SglangEngine {
             .map(|(&key, &id)| (key, self.held[id].as_ref().is_some_and(|h| h.cached_tokens.is_some())))
     }
 
-    /// The scheduler's invariants, and that every held request is known to it.
+    /// The scheduler's invariants.
     pub fn check_invariants(&self, violations: &mut Vec<String>) {
         if let Err(e) = self.scheduler.check_invariants() {
             violations.push(format!("I5 {e}"));

@@ -5,7 +5,7 @@
 //! for activations and CUDA graphs (`kv_cache_configurator.py`):
 //!
 //! ```text
-//! budget = total × mem_fraction_static − weights − other memory taken before the pool
+//! budget = (total − memory taken before the weights) × mem_fraction_static − weights
 //! max_total_num_tokens = floor_to_page(budget / bytes per token), at most --max-total-tokens
 //! ```
 //!
@@ -85,7 +85,7 @@ pub struct KvPoolBudget {
     pub footprint: MemoryFootprint,
     /// GPU memory in MiB, as `nvidia-smi` reports it (the defaults' input).
     pub gpu_mib: u64,
-    /// Bytes left for the pool, `total × mem_fraction_static − weights − other`.
+    /// Bytes left for the pool, `(total − other) × mem_fraction_static − weights`.
     pub budget_bytes: i64,
     /// Bytes one token's KV takes on each GPU.
     pub bytes_per_token: u64,
@@ -200,18 +200,21 @@ pub fn plan(
     let env = environment(&pool);
     let footprint = env.memory(&pool);
     let capacity = footprint.gpu_capacity_bytes;
-    let before_pool = footprint.weights_bytes + footprint.non_torch_bytes;
-    let budget_bytes = (capacity as f64 * fraction) as i64 - before_pool as i64;
+    // Free memory is measured after the CUDA context and communication buffers exist, before
+    // the weights load (`_profile_available_bytes`): the pool gets that × the fraction, less
+    // the weights.
+    let before_weights = capacity.saturating_sub(footprint.non_torch_bytes);
+    let budget_bytes = (before_weights as f64 * fraction) as i64 - footprint.weights_bytes as i64;
     if budget_bytes <= 0 {
         return Err(FieldError::new(
             at(if choice.mem_fraction_static.is_some() { "mem_fraction_static" } else { "tp_size" }),
             if choice.mem_fraction_static.is_some() { format!("{fraction}") } else { tp.to_string() },
             format!(
-                "Not enough memory. Please try to increase --mem-fraction-static. ({:.2} GiB of {} × {fraction} per GPU cannot hold the weights {:.2} GiB and the other {:.2} GiB taken before the KV pool; a larger tp_size shards the weights)",
-                capacity as f64 * fraction / GIB,
+                "Not enough memory. Please try to increase --mem-fraction-static. ({:.2} GiB of {} × {fraction} per GPU, after the {:.2} GiB taken before the weights, cannot hold the weights {:.2} GiB; a larger tp_size shards the weights)",
+                before_weights as f64 * fraction / GIB,
                 device.name,
-                footprint.weights_bytes as f64 / GIB,
                 footprint.non_torch_bytes as f64 / GIB,
+                footprint.weights_bytes as f64 / GIB,
             ),
         ));
     }
