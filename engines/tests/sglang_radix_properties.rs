@@ -45,6 +45,9 @@ fn policy() -> impl Strategy<Value = EvictionPolicy> {
 
 /// Check the invariants; `free` and `live` are the allocator's and the requests' slots.
 fn check(cache: &RadixCache, free: &BTreeSet<u32>, live: &[Live], pool: u32) -> Result<(), TestCaseError> {
+    if let Err(e) = cache.check_eviction_index() {
+        return Err(TestCaseError::fail(e));
+    }
     let nodes = cache.depth_first();
     let mut owner = BTreeSet::new();
     let (mut locked, mut unlocked) = (0, 0);

@@ -13,7 +13,7 @@
 //! Host tiers, sessions, hybrid (SWA, Mamba) components and KV events are not part of this port.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// A node of the tree; stable while the node lives (a split keeps it on the lower part).
@@ -148,6 +148,8 @@ struct Node {
     hit_count: u64,
     priority: i64,
     live: bool,
+    /// Its key in the eviction index while it is an evictable leaf.
+    evict_key: Option<Candidate>,
 }
 
 /// The radix cache of one SGLang instance.
@@ -161,8 +163,9 @@ pub struct RadixCache {
     insertions: u64,
     evictable: usize,
     protected: usize,
-    /// The nodes eviction may take now (`evictable_device_leaves`), kept as they change.
-    evictable_leaves: BTreeSet<NodeId>,
+    /// The nodes eviction may take now (`evictable_device_leaves`), in eviction order (the
+    /// greatest first), kept as they and their keys change, so eviction never walks them all.
+    evictable_leaves: BTreeSet<Candidate>,
 }
 
 /// A candidate leaf in eviction order: the policy's key, then recency (as upstream's heap
@@ -238,6 +241,28 @@ impl RadixCache {
         self.protected
     }
 
+    /// The eviction index holds exactly the evictable leaves, each under its current key; the
+    /// first broken rule, if any.
+    pub fn check_eviction_index(&self) -> Result<(), String> {
+        let mut leaves = 0;
+        for (id, node) in self.nodes.iter().enumerate() {
+            let id = id as NodeId;
+            match (self.is_leaf(id), node.evict_key) {
+                (true, Some(key)) if key == self.candidate(id) && self.evictable_leaves.contains(&key) => {
+                    leaves += 1
+                }
+                (false, None) => {}
+                (leaf, key) => {
+                    return Err(format!("radix node {id}: evictable leaf {leaf}, indexed as {key:?}"));
+                }
+            }
+        }
+        if leaves != self.evictable_leaves.len() {
+            return Err(format!("{} indexed leaves, {leaves} evictable", self.evictable_leaves.len()));
+        }
+        Ok(())
+    }
+
     /// The longest cached prefix of `tokens`, whole pages only; splits the node it ends inside
     /// and marks the path as just used.
     pub fn match_prefix(&mut self, tokens: &[u32]) -> Match {
@@ -262,6 +287,7 @@ impl RadixCache {
         let mut cursor = node;
         loop {
             self.nodes[cursor as usize].last_access_time = stamp;
+            self.refresh_leaf(cursor);
             stamp -= 0.00001;
             if cursor == ROOT {
                 break;
@@ -298,7 +324,7 @@ impl RadixCache {
             }
             entry.lock_ref += 1;
             let parent = entry.parent;
-            self.evictable_leaves.remove(&cursor);
+            self.refresh_leaf(cursor);
             cursor = parent;
         }
         delta
@@ -357,6 +383,7 @@ impl RadixCache {
             if offset + matched > inserted_len {
                 entry.hit_count += 1;
             }
+            self.refresh_leaf(reached);
             node = reached;
             offset += matched;
         }
@@ -372,6 +399,7 @@ impl RadixCache {
             if key.len() > inserted_len {
                 self.nodes[leaf as usize].hit_count += 1;
             }
+            self.refresh_leaf(leaf);
             node = leaf;
         }
         Insert { prefix_len, node }
@@ -385,18 +413,11 @@ impl RadixCache {
         if tokens == 0 {
             return 0;
         }
-        let mut heap: BinaryHeap<Candidate> =
-            self.evictable_leaves.iter().map(|&id| self.candidate(id)).collect();
+        // Upstream heapifies every evictable leaf and pops; the index is kept in that order, and
+        // a parent left childless joins it as it would join the heap.
         while evicted < tokens {
-            let Some(victim) = heap.pop() else { break };
-            if !self.evictable_leaves.contains(&victim.node) {
-                continue;
-            }
-            let parent = self.nodes[victim.node as usize].parent;
+            let Some(victim) = self.evictable_leaves.last().copied() else { break };
             evicted += self.delete_leaf(victim.node, freed);
-            if self.evictable_leaves.contains(&parent) {
-                heap.push(self.candidate(parent));
-            }
         }
         evicted
     }
@@ -497,6 +518,7 @@ impl RadixCache {
 
     fn touch(&mut self, node: NodeId) {
         self.nodes[node as usize].last_access_time = self.tick();
+        self.refresh_leaf(node);
     }
 
     fn new_node(&mut self, parent: NodeId, key: Vec<u32>, slots: Vec<u32>, priority: i64) -> NodeId {
@@ -514,6 +536,7 @@ impl RadixCache {
             hit_count: 0,
             priority,
             live: true,
+            evict_key: None,
         };
         match self.free_ids.pop() {
             Some(id) => {
@@ -569,12 +592,16 @@ impl RadixCache {
         upper
     }
 
-    /// Keep `evictable_leaves` true of `id` after a change to it or its children.
+    /// Keep `evictable_leaves` true of `id` after a change to it, its key's fields or its
+    /// children.
     fn refresh_leaf(&mut self, id: NodeId) {
+        if let Some(old) = self.nodes[id as usize].evict_key.take() {
+            self.evictable_leaves.remove(&old);
+        }
         if self.is_leaf(id) {
-            self.evictable_leaves.insert(id);
-        } else {
-            self.evictable_leaves.remove(&id);
+            let key = self.candidate(id);
+            self.evictable_leaves.insert(key);
+            self.nodes[id as usize].evict_key = Some(key);
         }
     }
 
@@ -609,7 +636,7 @@ impl RadixCache {
             (node.parent, child_key, std::mem::take(&mut node.slots))
         };
         self.nodes[parent as usize].children.remove(&child_key);
-        self.evictable_leaves.remove(&id);
+        self.refresh_leaf(id);
         self.refresh_leaf(parent);
         self.evictable -= slots.len();
         freed.extend_from_slice(&slots);

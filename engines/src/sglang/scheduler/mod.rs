@@ -437,6 +437,7 @@ impl Scheduler {
             Holder::Tree => "the tree's".to_owned(),
             Holder::Request(id) => format!("request {id}'s"),
         };
+        self.tree.check_eviction_index()?;
         let page = self.config.page_size;
         let pages = self.config.pool_tokens / page as usize;
         // Page 0 is the allocator's padding dummy: pages 1..=pages are handed out.
