@@ -139,19 +139,25 @@ struct Held {
     aborted: bool,
 }
 
+impl Held {
+    /// What its client is told when it leaves by `ending`.
+    fn answer(self, ending: Ending) -> FinishedRequest {
+        FinishedRequest {
+            key: self.key,
+            ending,
+            token_times_us: self.token_times_us,
+            retractions: self.retractions,
+            cached_tokens: self.cached_tokens.unwrap_or(0),
+        }
+    }
+}
+
 /// What a prefill pass saw when it formed its batch (`PrefillStats`), reported with its result.
 #[derive(Clone, Copy, Debug)]
 struct PrefillSnapshot {
     running: usize,
     cache_hit_rate: f64,
     new_token_ratio: f64,
-}
-
-/// A launched batch, and for a prefill batch what its pass saw.
-#[derive(Debug)]
-struct InFlight {
-    batch: Batch,
-    prefill: Option<PrefillSnapshot>,
 }
 
 /// One SGLang instance.
@@ -162,7 +168,9 @@ pub struct SglangEngine {
     shape: StepShape,
     held: Vec<Option<Held>>,
     by_key: BTreeMap<u64, RequestId>,
-    in_flight: VecDeque<InFlight>,
+    /// Per batch launched and not yet applied (the scheduler queues the batches themselves):
+    /// what its pass saw, for a prefill batch.
+    in_flight: VecDeque<Option<PrefillSnapshot>>,
     /// The batch this iteration formed, until the iteration ends.
     formed: Option<Batch>,
     gauges: Gauges,
@@ -175,8 +183,8 @@ pub struct SglangEngine {
     /// older ones at the iteration's end, when no batch can name them any more.
     released_now: Vec<RequestId>,
     released_before: Vec<RequestId>,
-    /// Output counts of the rows of the batch being applied, before it (reused).
-    outputs_before: Vec<usize>,
+    /// The rows of the batch being applied and their output counts before it (reused).
+    applying: Vec<(RequestId, usize)>,
 }
 
 impl SglangEngine {
@@ -204,7 +212,7 @@ impl SglangEngine {
             first_tokens: Vec::new(),
             released_now: Vec::new(),
             released_before: Vec::new(),
-            outputs_before: Vec::new(),
+            applying: Vec::new(),
         })
     }
 
@@ -284,7 +292,7 @@ impl SglangEngine {
         // iteration's top, and a request retracted back to the queue was left out of the batch
         // launched since, the only one still in flight.)
         if self.scheduler.finish_of(id) == Some(Finish::Abort) {
-            debug_assert!(!self.in_flight.iter().any(|f| f.batch.requests.contains(&id)));
+            debug_assert!(!self.scheduler.launched().any(|b| b.requests.contains(&id)));
             self.release(id);
         }
         true
@@ -314,13 +322,7 @@ impl SglangEngine {
             if let Some(held) = self.release(id)
                 && !held.aborted
             {
-                finished.push(FinishedRequest {
-                    key: held.key,
-                    ending: Ending::OutOfMemory,
-                    token_times_us: held.token_times_us,
-                    retractions: held.retractions,
-                    cached_tokens: held.cached_tokens.unwrap_or(0),
-                });
+                finished.push(held.answer(Ending::OutOfMemory));
             }
         }
         for i in 0..self.scheduler.chunked_aborted().len() {
@@ -336,10 +338,8 @@ impl SglangEngine {
         }
         let prefill = (batch.kind != BatchKind::Decode).then(|| self.prefill_pass(&batch, chunked_before));
         let price = self.environment.price(&self.shape);
-        if self.plan.scheduler.overlap {
-            self.scheduler.launch(&batch);
-        }
-        self.in_flight.push_back(InFlight { batch: batch.clone(), prefill });
+        self.scheduler.launch(&batch);
+        self.in_flight.push_back(prefill);
         self.formed = Some(batch);
         Some(price)
     }
@@ -404,24 +404,21 @@ impl SglangEngine {
     /// Apply the oldest launched batch's result at `now_us`: its tokens are stamped `now_us`,
     /// and the requests it finished are handed out.
     pub fn apply_oldest(&mut self, now_us: u64, finished: &mut Vec<FinishedRequest>) {
-        let Some(in_flight) = self.in_flight.pop_front() else { return };
+        let Some(prefill) = self.in_flight.pop_front() else { return };
+        let batch = self.scheduler.launched().next().expect("a batch in flight is queued");
+        let is_decode = batch.kind == BatchKind::Decode;
         // Counted now, not when the batch was formed: under the overlap loop the batch before it
         // was applied in between (and a request it retracted gets no token from this one).
-        self.outputs_before.clear();
-        self.outputs_before.extend(in_flight.batch.requests.iter().map(|&id| self.scheduler.outputs(id)));
+        self.applying.clear();
+        self.applying.extend(batch.requests.iter().map(|&id| (id, self.scheduler.outputs(id))));
         let outputs = &self.held;
         let token = |id: RequestId, k: usize| {
             outputs[id].as_ref().and_then(|h| h.outputs.get(k).copied()).unwrap_or(0)
         };
-        if self.plan.scheduler.overlap {
-            self.scheduler.process_oldest(token);
-        } else {
-            self.scheduler.process_result(&in_flight.batch, token);
-        }
+        self.scheduler.process_oldest(token);
         self.first_tokens.clear();
-        for (&id, &before) in in_flight.batch.requests.iter().zip(&self.outputs_before) {
-            let after = self.scheduler.outputs(id);
-            if after > before
+        for &(id, before) in &self.applying {
+            if self.scheduler.outputs(id) > before
                 && let Some(held) = self.held[id].as_mut()
             {
                 held.token_times_us.push(now_us);
@@ -430,16 +427,17 @@ impl SglangEngine {
                 }
             }
         }
-        match in_flight.prefill {
+        match prefill {
             Some(pass) => {
                 self.report(pass.running);
                 self.gauges.cache_hit_rate = pass.cache_hit_rate;
                 self.gauges.new_token_ratio = pass.new_token_ratio;
             }
             None => {
+                debug_assert!(is_decode);
                 self.decode_results += 1;
                 if self.decode_results.is_multiple_of(u64::from(self.plan.config.decode_log_interval)) {
-                    self.report(in_flight.batch.requests.len());
+                    self.report(self.applying.len());
                 }
             }
         }
@@ -447,13 +445,7 @@ impl SglangEngine {
             if let Some(held) = self.release(id)
                 && !held.aborted
             {
-                finished.push(FinishedRequest {
-                    key: held.key,
-                    ending: Ending::Finished,
-                    token_times_us: held.token_times_us,
-                    retractions: held.retractions,
-                    cached_tokens: held.cached_tokens.unwrap_or(0),
-                });
+                finished.push(held.answer(Ending::Finished));
             }
         }
     }

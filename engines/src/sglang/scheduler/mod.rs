@@ -597,12 +597,18 @@ impl Scheduler {
         }
     }
 
-    /// Launch a batch under the overlap loop: its result waits in the queue.
+    /// Launch a batch: its result waits in the queue (under the normal loop it is applied before
+    /// the next pass, so the queue is empty whenever a pass looks at it).
     pub fn launch(&mut self, batch: &Batch) {
         self.result_queue.push_back(batch.clone());
     }
 
-    /// Apply the oldest launched batch's result (overlap loop); false when none is queued.
+    /// The batches launched and not yet applied, oldest first.
+    pub fn launched(&self) -> impl Iterator<Item = &Batch> {
+        self.result_queue.iter()
+    }
+
+    /// Apply the oldest launched batch's result; false when none is queued.
     pub fn process_oldest(&mut self, token: impl Fn(RequestId, usize) -> u32) -> bool {
         let Some(batch) = self.result_queue.pop_front() else { return false };
         self.process_result(&batch, token);
