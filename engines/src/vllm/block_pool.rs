@@ -2,7 +2,7 @@
 //!
 //! As in vLLM 0.15.1 (`v1/core/block_pool.py`, `kv_cache_utils.py`): `num_gpu_blocks` blocks
 //! with ids `0..N`; block 0 is taken at start as the *null block* and never freed, so `N − 1`
-//! are usable. Free blocks form a doubly linked queue, initially in id order. Allocation pops
+//! are usable. Free blocks form a queue, initially in id order. Allocation pops
 //! from the **head**, and a popped block that still carries a hash is evicted from the cache
 //! (a `BlockRemoved` event). Freeing appends every block whose reference count reaches zero to
 //! the **tail**, in the order given (callers pass a request's blocks last first), hashed or not,
@@ -15,6 +15,12 @@
 //! probing, backward-shift deletion, at most half full): it is only ever looked up, never
 //! iterated, so its layout cannot reach any decision. The blocks sharing a key form a list
 //! threaded through per-block arrays, so caching a block allocates nothing.
+//!
+//! The free queue is a ring of block ids in queue order, each block remembering its position;
+//! taking a block from the middle (a prefix hit) only clears that position, and the stale
+//! entry is skipped when it reaches the head. Reading the queue is then sequential, so the
+//! blocks taken at once are fetched in parallel rather than one link after another (the
+//! least recently freed blocks are cold, and a linked queue made every one a serial miss).
 
 use super::block_hash::{BlockHash, BlockKey, event_value};
 
@@ -135,8 +141,7 @@ pub struct BlockPool {
     /// Every block's state, together so that taking a block from the free queue touches one
     /// cache line of it.
     blocks: Vec<Block>,
-    head: u32,
-    tail: u32,
+    free_queue: FreeQueue,
     free: u32,
     index: CacheIndex,
     caching: bool,
@@ -152,8 +157,7 @@ impl BlockPool {
         let n = num_blocks as usize;
         let mut pool = BlockPool {
             blocks: vec![Block::FREE; n],
-            head: NONE,
-            tail: NONE,
+            free_queue: FreeQueue::new(n),
             free: 0,
             index: CacheIndex::new(if caching { n } else { 0 }),
             caching,
@@ -164,7 +168,7 @@ impl BlockPool {
             pool.push_tail(id);
         }
         let null = pool.pop_head();
-        debug_assert_eq!(null, Some(0));
+        debug_assert_eq!(null, Some((0, 0)));
         pool.blocks[0].ref_count = 1;
         pool
     }
@@ -210,15 +214,15 @@ impl BlockPool {
     /// appending them to `into`. The caller has checked that enough are free.
     pub fn get_new_blocks(&mut self, count: u32, into: &mut Vec<BlockId>) {
         assert!(count <= self.free, "allocating {count} blocks with {} free", self.free);
-        let start = into.len();
+        // Each block is evicted as it is taken, so that the miss on its index slot overlaps the
+        // miss on the next block of the queue.
         for _ in 0..count {
-            into.push(self.pop_head().expect("free count says a block is there"));
-        }
-        for &id in &into[start..] {
+            let (id, folded) = self.pop_head().expect("free count says a block is there");
             if self.caching {
-                self.evict(id);
+                self.evict(id, folded);
             }
             self.blocks[id as usize].ref_count = 1;
+            into.push(id);
         }
     }
 
@@ -310,13 +314,12 @@ impl BlockPool {
 
     /// The free queue from head to tail.
     pub fn free_queue(&self) -> Vec<BlockId> {
-        let mut out = Vec::with_capacity(self.free as usize);
-        let mut at = self.head;
-        while at != NONE {
-            out.push(at);
-            at = self.blocks[at as usize].next;
-        }
-        out
+        let queue = &self.free_queue;
+        (queue.head..queue.tail)
+            .map(|position| (position, queue.entry(position)))
+            .filter(|&(position, id)| self.blocks[id as usize].queue_position == position)
+            .map(|(_, id)| id)
+            .collect()
     }
 
     /// Append `id` to the blocks cached under `key`.
@@ -333,9 +336,13 @@ impl BlockPool {
         self.index.slots[slot].last = id;
     }
 
-    fn evict(&mut self, id: BlockId) {
+    /// Evict `id` from the cache if it is cached; `folded` is its folded key as queued, so
+    /// the index slot is read without waiting for the block.
+    fn evict(&mut self, id: BlockId, folded: u64) {
         let Some(key) = self.blocks[id as usize].cached_key() else { return };
-        let slot = self.index.find(key, &self.blocks).expect("a cached block's key is indexed");
+        debug_assert_eq!(folded, fold(key), "block {id} was queued with its key");
+        let slot =
+            self.index.find_folded(folded, key, &self.blocks).expect("a cached block's key is indexed");
         self.blocks[id as usize].cached = false;
         let (prev, next) = (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next);
         if prev == NONE {
@@ -357,41 +364,99 @@ impl BlockPool {
     }
 
     fn push_tail(&mut self, id: u32) {
-        self.blocks[id as usize].prev = self.tail;
-        self.blocks[id as usize].next = NONE;
-        if self.tail == NONE {
-            self.head = id;
-        } else {
-            self.blocks[self.tail as usize].next = id;
+        if self.free_queue.is_full() {
+            self.compact_free_queue();
         }
-        self.tail = id;
+        let folded = self.blocks[id as usize].cached_key().map_or(0, fold);
+        self.blocks[id as usize].queue_position = self.free_queue.push(id, folded);
         self.free += 1;
     }
 
-    fn pop_head(&mut self) -> Option<u32> {
-        let id = self.head;
-        if id == NONE {
-            return None;
+    /// The head block and its folded key (as queued).
+    fn pop_head(&mut self) -> Option<(u32, u64)> {
+        while let Some((position, id, folded)) = self.free_queue.pop() {
+            let block = &mut self.blocks[id as usize];
+            if block.queue_position == position {
+                block.queue_position = NOT_QUEUED;
+                self.free -= 1;
+                return Some((id, folded));
+            }
         }
-        self.unlink(id);
-        Some(id)
+        None
     }
 
     fn unlink(&mut self, id: u32) {
-        let (prev, next) = (self.blocks[id as usize].prev, self.blocks[id as usize].next);
-        if prev == NONE {
-            self.head = next;
-        } else {
-            self.blocks[prev as usize].next = next;
-        }
-        if next == NONE {
-            self.tail = prev;
-        } else {
-            self.blocks[next as usize].prev = prev;
-        }
-        self.blocks[id as usize].prev = NONE;
-        self.blocks[id as usize].next = NONE;
+        debug_assert_ne!(self.blocks[id as usize].queue_position, NOT_QUEUED, "block {id} is not free");
+        self.blocks[id as usize].queue_position = NOT_QUEUED;
         self.free -= 1;
+    }
+
+    /// Drop the stale entries of a full ring, keeping the free blocks' order.
+    fn compact_free_queue(&mut self) {
+        let live = self.free_queue();
+        self.free_queue.clear();
+        for id in live {
+            let folded = self.blocks[id as usize].cached_key().map_or(0, fold);
+            self.blocks[id as usize].queue_position = self.free_queue.push(id, folded);
+        }
+    }
+}
+
+/// A block's position in no queue.
+const NOT_QUEUED: u64 = u64::MAX;
+
+/// The free queue's ring: every id pushed and not yet popped, stale ones (taken from the
+/// middle) included, at positions `head..tail` (which only grow; a position's slot is
+/// `position & mask`), each with its folded key if it was cached when queued (a queued block's
+/// key cannot change). Twice the pool's size, so it is compacted at most once per pool's worth
+/// of frees.
+#[derive(Clone, Debug)]
+struct FreeQueue {
+    ring: Vec<u32>,
+    folded: Vec<u64>,
+    mask: u64,
+    head: u64,
+    tail: u64,
+}
+
+impl FreeQueue {
+    fn new(num_blocks: usize) -> FreeQueue {
+        let size = (2 * num_blocks).next_power_of_two();
+        FreeQueue { ring: vec![NONE; size], folded: vec![0; size], mask: size as u64 - 1, head: 0, tail: 0 }
+    }
+
+    fn entry(&self, position: u64) -> u32 {
+        self.ring[(position & self.mask) as usize]
+    }
+
+    fn is_full(&self) -> bool {
+        self.tail - self.head == self.ring.len() as u64
+    }
+
+    /// Append `id` with its folded key; its position.
+    fn push(&mut self, id: u32, folded: u64) -> u64 {
+        let position = self.tail;
+        let at = (position & self.mask) as usize;
+        self.ring[at] = id;
+        self.folded[at] = folded;
+        self.tail += 1;
+        position
+    }
+
+    /// The head entry's position, id and folded key, stale or not.
+    fn pop(&mut self) -> Option<(u64, u32, u64)> {
+        if self.head == self.tail {
+            return None;
+        }
+        let position = self.head;
+        let at = (position & self.mask) as usize;
+        self.head += 1;
+        Some((position, self.ring[at], self.folded[at]))
+    }
+
+    fn clear(&mut self) {
+        self.head = 0;
+        self.tail = 0;
     }
 }
 
@@ -400,9 +465,8 @@ impl BlockPool {
 struct Block {
     /// Its key (meaningful while it is cached).
     key: BlockKey,
-    /// Its neighbours in the free queue.
-    prev: u32,
-    next: u32,
+    /// Its position in the free queue ([`NOT_QUEUED`] unless free).
+    queue_position: u64,
     /// Its neighbours among the blocks cached under the same key, in the order cached.
     same_prev: u32,
     same_next: u32,
@@ -418,8 +482,7 @@ struct Block {
 impl Block {
     const FREE: Block = Block {
         key: 0,
-        prev: NONE,
-        next: NONE,
+        queue_position: NOT_QUEUED,
         same_prev: NONE,
         same_next: NONE,
         ref_count: 0,
@@ -473,7 +536,11 @@ impl CacheIndex {
 
     /// The slot of `key` (whose first block, in `blocks`, carries the full key).
     fn find(&self, key: BlockKey, blocks: &[Block]) -> Option<usize> {
-        let folded = fold(key);
+        self.find_folded(fold(key), key, blocks)
+    }
+
+    /// [`CacheIndex::find`] with the key's fold already known.
+    fn find_folded(&self, folded: u64, key: BlockKey, blocks: &[Block]) -> Option<usize> {
         let mut at = self.home(folded);
         loop {
             let slot = &self.slots[at];
@@ -547,6 +614,43 @@ mod tests {
         let mut c = Vec::new();
         pool.get_new_blocks(2, &mut c);
         assert_eq!(c, vec![6, 3]);
+    }
+
+    #[test]
+    fn the_free_queue_keeps_vllm_order_through_middle_removals_and_ring_compactions() {
+        // A model of vLLM's doubly linked queue: a list popped at the front, appended at the back
+        // and removed from anywhere. Enough rounds that the ring (twice the pool) is compacted
+        // many times over, with stale entries from removals in the middle.
+        let mut pool = BlockPool::new(9, false);
+        let mut model: Vec<BlockId> = (1..9).collect();
+        let mut held: Vec<BlockId> = Vec::new();
+        let mut state = 7u64;
+        for round in 0..4_000 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let pick = (state >> 33) as usize;
+            match pick % 3 {
+                0 if !model.is_empty() => {
+                    let count = 1 + (pick / 3) % model.len().min(3);
+                    let mut taken = Vec::new();
+                    pool.get_new_blocks(count as u32, &mut taken);
+                    assert_eq!(taken, model.drain(..count).collect::<Vec<_>>(), "round {round}");
+                    held.extend(taken);
+                }
+                1 if !model.is_empty() => {
+                    let id = model.remove((pick / 3) % model.len());
+                    pool.touch(&[id]);
+                    held.push(id);
+                }
+                _ if !held.is_empty() => {
+                    let id = held.swap_remove((pick / 3) % held.len());
+                    pool.free_blocks(std::iter::once(id));
+                    model.push(id);
+                }
+                _ => {}
+            }
+            assert_eq!(pool.free_queue(), model, "round {round}");
+            assert_eq!(pool.num_free() as usize, model.len());
+        }
     }
 
     #[test]
