@@ -147,6 +147,19 @@ pub struct BlockPool {
     caching: bool,
     events: KvEvents,
     record_events: bool,
+    /// Each cached block's hash as KV events carry it, while events are recorded (empty until
+    /// the first is cached); apart from the blocks, which events are rarely recorded for.
+    event_hashes: Vec<u64>,
+}
+
+/// A key as a block keeps it.
+fn split(key: BlockKey) -> [u64; 2] {
+    [key as u64, (key >> 64) as u64]
+}
+
+/// A key from a block's halves.
+fn joined(halves: [u64; 2]) -> BlockKey {
+    u128::from(halves[0]) | (u128::from(halves[1]) << 64)
 }
 
 impl BlockPool {
@@ -163,6 +176,7 @@ impl BlockPool {
             caching,
             events: KvEvents::default(),
             record_events: caching,
+            event_hashes: Vec::new(),
         };
         for id in 0..num_blocks {
             pool.push_tail(id);
@@ -279,11 +293,14 @@ impl BlockPool {
             }
             let key = keys[cached + i];
             debug_assert!(!self.blocks[id as usize].cached, "block {id} is cached twice");
-            self.blocks[id as usize].key = key;
+            self.blocks[id as usize].key = split(key);
             self.blocks[id as usize].cached = true;
             self.link(id, key);
             if self.record_events {
-                self.blocks[id as usize].event_hash = event_value(&hashes[cached + i]);
+                if self.event_hashes.is_empty() {
+                    self.event_hashes = vec![0; self.blocks.len()];
+                }
+                self.event_hashes[id as usize] = event_value(&hashes[cached + i]);
             }
         }
         if self.record_events {
@@ -359,7 +376,7 @@ impl BlockPool {
             self.index.remove(slot);
         }
         if self.record_events {
-            self.events.events.push(KvEvent::BlockRemoved { hash: self.blocks[id as usize].event_hash });
+            self.events.events.push(KvEvent::BlockRemoved { hash: self.event_hashes[id as usize] });
         }
     }
 
@@ -463,8 +480,9 @@ impl FreeQueue {
 /// One block's state.
 #[derive(Clone, Copy, Debug)]
 struct Block {
-    /// Its key (meaningful while it is cached).
-    key: BlockKey,
+    /// Its key, low half first (meaningful while it is cached); two halves rather than a
+    /// `u128` so a block is 8-aligned and 40 bytes.
+    key: [u64; 2],
     /// Its position in the free queue ([`NOT_QUEUED`] unless free).
     queue_position: u64,
     /// Its neighbours among the blocks cached under the same key, in the order cached.
@@ -472,27 +490,24 @@ struct Block {
     same_next: u32,
     /// Requests holding it (the null block counts 1).
     ref_count: u32,
-    /// Its hash as KV events carry it (kept while cached, when events are recorded).
-    event_hash: u64,
-    /// Whether it is cached (under `key`); a flag rather than an `Option` keeps a block at 48
+    /// Whether it is cached (under `key`); a flag rather than an `Option` keeps a block at 40
     /// bytes.
     cached: bool,
 }
 
 impl Block {
     const FREE: Block = Block {
-        key: 0,
+        key: [0; 2],
         queue_position: NOT_QUEUED,
         same_prev: NONE,
         same_next: NONE,
         ref_count: 0,
-        event_hash: 0,
         cached: false,
     };
 
     /// Its key, if it is cached.
     fn cached_key(&self) -> Option<BlockKey> {
-        self.cached.then_some(self.key)
+        self.cached.then(|| joined(self.key))
     }
 }
 
@@ -594,6 +609,13 @@ impl CacheIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_is_forty_bytes() {
+        // Taking a block from the free queue reads one cold block: its size sets how many of a
+        // pool's blocks the caches hold.
+        assert_eq!(std::mem::size_of::<Block>(), 40);
+    }
 
     #[test]
     fn the_null_block_is_taken_and_the_rest_queue_in_id_order() {
@@ -723,7 +745,7 @@ mod tests {
         // Block i holds key i, as a cached block would.
         let mut blocks = vec![Block::FREE; 64];
         for (i, block) in blocks.iter_mut().enumerate() {
-            block.key = key(i as u64);
+            block.key = split(key(i as u64));
             block.cached = true;
         }
         assert_eq!(fold(key(3)), fold(key(35)));
