@@ -245,10 +245,17 @@ pub struct Convergence {
     pub simplices: usize,
     /// Why the last simplex stopped.
     pub last_stop: Stop,
-    /// Whether the search converged: its last restart gained under a millionth of the
-    /// objective (a fresh simplex around the best point finds nothing better), and it did not
-    /// end on the budget.
+    /// Whether the search converged: its last restart gained no more than the objective's
+    /// roughness (or a millionth of it, if larger) — a fresh simplex around the best point finds
+    /// nothing better than the objective can tell apart — and it did not end on the budget.
     pub converged: bool,
+    /// The objective's roughness at the first simplex's best point: the root mean square of
+    /// half its second differences at a step of [`ROUGHNESS_STEP`] along each coordinate
+    /// (`(f(x + h) − 2 f(x) + f(x − h)) / 2`, which the slope does not enter): what a step of a
+    /// thousandth changes beyond the slope — the curvature at that scale, plus the steps of an
+    /// objective that is piecewise constant at fine scales, as a simulator in the loop is. A
+    /// gain below it is below what the fit resolves.
+    pub roughness: f64,
     /// The last simplex's spread of objective values, best to worst.
     pub final_spread: f64,
     /// The last simplex's largest distance of a vertex from the best one, in the unit-cube
@@ -468,10 +475,47 @@ pub fn scaled(fit: &Fit) -> Vec<f64> {
     fit.values.iter().map(|(t, v)| (v - t.bounds.0) / (t.bounds.1 - t.bounds.0)).collect()
 }
 
+/// The step, in unit-cube coordinates, at which [`Convergence::roughness`] is measured: a
+/// thousandth of each term's range, below any difference a fit is read for.
+pub const ROUGHNESS_STEP: f64 = 1e-3;
+
+/// The objective's roughness at `x` (whose value is `value`): the root mean square over the
+/// coordinates of half the second difference at [`ROUGHNESS_STEP`] (one-sided at a bound).
+/// Costs two evaluations per coordinate.
+fn roughness(f: &mut dyn FnMut(&[f64]) -> f64, x: &[f64], value: f64) -> f64 {
+    let h = ROUGHNESS_STEP;
+    let mut sum = 0.0;
+    for i in 0..x.len() {
+        let at = |offset: f64| -> Vec<f64> {
+            let mut y = x.to_vec();
+            y[i] += offset;
+            y
+        };
+        let (near, far) = if x[i] - h < 0.0 {
+            (f(&at(h)), f(&at(2.0 * h)))
+        } else if x[i] + h > 1.0 {
+            (f(&at(-h)), f(&at(-2.0 * h)))
+        } else {
+            (f(&at(h)), f(&at(-h)))
+        };
+        // Centred: (f(x + h) + f(x − h) − 2 f(x)) / 2; one-sided: (f(x) − 2 f(x ± h) + f(x ± 2h)) / 2.
+        let second = if x[i] - h < 0.0 || x[i] + h > 1.0 {
+            value - 2.0 * near + far
+        } else {
+            near + far - 2.0 * value
+        };
+        let half = second / 2.0;
+        sum += if half.is_finite() { half * half } else { 0.0 };
+    }
+    (sum / x.len().max(1) as f64).sqrt()
+}
+
 /// Nelder–Mead restarted from its best point with a fresh simplex whenever the simplex has
-/// collapsed or stalled, until `budget` is spent or a restart gains nothing: a simplex that has
-/// shrunk across a narrow valley (host time against API-server time, say) stops moving along it.
-/// Converged means the last restart gained under a millionth with budget to spare.
+/// collapsed or stalled, until `budget` is spent or a restart gains no more than the objective's
+/// roughness: a simplex that has shrunk across a narrow valley (host time against API-server
+/// time, say) stops moving along it. The roughness is measured once, at the first simplex's
+/// best point (two evaluations per coordinate, within the budget). Converged means the last
+/// restart gained no more than that with budget to spare.
 fn restarted_nelder_mead(
     f: &mut dyn FnMut(&[f64]) -> f64,
     start: &[f64],
@@ -484,6 +528,11 @@ fn restarted_nelder_mead(
     let (mut best, mut value) = (last.best.clone(), last.value);
     let mut simplices = 1;
     let mut converged = false;
+    let mut rough = 0.0;
+    if remaining > 2 * start.len() {
+        rough = roughness(f, &best, value);
+        remaining -= 2 * start.len();
+    }
     while remaining > start.len() + 1 {
         last = nelder_mead(f, &best, step, remaining);
         simplices += 1;
@@ -492,7 +541,7 @@ fn restarted_nelder_mead(
         if last.value < value {
             (best, value) = (last.best.clone(), last.value);
         }
-        if gained <= 1e-6 * value.abs().max(1e-12) {
+        if gained <= rough.max(1e-6 * value.abs().max(1e-12)) {
             converged = last.stop != Stop::Budget;
             break;
         }
@@ -503,6 +552,7 @@ fn restarted_nelder_mead(
         converged,
         final_spread: last.spread,
         final_diameter: last.diameter,
+        roughness: rough,
     };
     (best, value, convergence)
 }
@@ -664,6 +714,28 @@ mod tests {
         // Too small a budget is reported as not converged.
         let (_, _, starved) = restarted_nelder_mead(&mut rosenbrock.clone(), &[0.2, 0.9], 0.15, 12);
         assert!(!starved.converged, "{starved:?}");
+    }
+
+    #[test]
+    fn a_restart_that_gains_less_than_the_objectives_roughness_ends_the_search_as_converged() {
+        // A bowl with steps of 0.004 alternating over a grid of 1/1000: piecewise constant, as a
+        // simulator in the loop is; a thousandth either way always crosses one step.
+        let stepped = |x: &[f64]| {
+            let smooth = (x[0] - 0.3).powi(2) + (x[1] - 0.6).powi(2);
+            smooth + 0.004 * ((x[0] * 1000.0).floor() + (x[1] * 1000.0).floor()).rem_euclid(2.0)
+        };
+        let x = [0.3004, 0.6004];
+        let rough = roughness(&mut stepped.clone(), &x, stepped(&x));
+        assert!(rough > 1e-3 && rough < 1e-2, "{rough}");
+        let smooth = |x: &[f64]| (x[0] - 0.3).powi(2) + (x[1] - 0.6).powi(2);
+        assert!(
+            roughness(&mut smooth.clone(), &[0.9995, 0.2], smooth(&[0.9995, 0.2])) < 1e-6,
+            "one-sided at a bound"
+        );
+        let (best, _, convergence) = restarted_nelder_mead(&mut stepped.clone(), &[0.7, 0.2], 0.15, 2_000);
+        assert!(convergence.converged, "{convergence:?}");
+        assert!(convergence.roughness > 1e-3, "{convergence:?}");
+        assert!((best[0] - 0.3).abs() < 0.1 && (best[1] - 0.6).abs() < 0.1, "{best:?}");
     }
 
     #[test]
