@@ -203,12 +203,15 @@ fn unidentified(
 fn convergence(fit: &Fit) -> String {
     let c = &fit.convergence;
     format!(
-        "{} after {} simplices (last {}; final simplex: objectives within {:.2e}, vertices within {:.2e} of the best in unit-cube coordinates; the objective's roughness {:.2e})",
+        "{} after {} simplices (last {}; final simplex: objectives within {:.2e}, vertices within {:.2e} of the best in unit-cube coordinates; the objective's roughness {})",
         if c.converged { "converged" } else { "NOT converged" },
         c.simplices,
         c.last_stop.as_str(),
         c.final_spread,
         c.final_diameter,
-        c.roughness
+        c.roughness.map_or_else(
+            || "not measured: the first simplex spent the budget".to_owned(),
+            |r| format!("{r:.2e}")
+        )
     )
 }

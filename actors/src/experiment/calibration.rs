@@ -254,8 +254,9 @@ pub struct Convergence {
     /// (`(f(x + h) − 2 f(x) + f(x − h)) / 2`, which the slope does not enter): what a step of a
     /// thousandth changes beyond the slope — the curvature at that scale, plus the steps of an
     /// objective that is piecewise constant at fine scales, as a simulator in the loop is. A
-    /// gain below it is below what the fit resolves.
-    pub roughness: f64,
+    /// gain below it is below what the fit resolves. `None` when the first simplex spent the
+    /// budget, so it was never measured.
+    pub roughness: Option<f64>,
     /// The last simplex's spread of objective values, best to worst.
     pub final_spread: f64,
     /// The last simplex's largest distance of a vertex from the best one, in the unit-cube
@@ -528,9 +529,9 @@ fn restarted_nelder_mead(
     let (mut best, mut value) = (last.best.clone(), last.value);
     let mut simplices = 1;
     let mut converged = false;
-    let mut rough = 0.0;
+    let mut rough = None;
     if remaining > 2 * start.len() {
-        rough = roughness(f, &best, value);
+        rough = Some(roughness(f, &best, value));
         remaining -= 2 * start.len();
     }
     while remaining > start.len() + 1 {
@@ -541,7 +542,7 @@ fn restarted_nelder_mead(
         if last.value < value {
             (best, value) = (last.best.clone(), last.value);
         }
-        if gained <= rough.max(1e-6 * value.abs().max(1e-12)) {
+        if gained <= rough.unwrap_or(0.0).max(1e-6 * value.abs().max(1e-12)) {
             converged = last.stop != Stop::Budget;
             break;
         }
@@ -734,7 +735,7 @@ mod tests {
         );
         let (best, _, convergence) = restarted_nelder_mead(&mut stepped.clone(), &[0.7, 0.2], 0.15, 2_000);
         assert!(convergence.converged, "{convergence:?}");
-        assert!(convergence.roughness > 1e-3, "{convergence:?}");
+        assert!(convergence.roughness.is_some_and(|r| r > 1e-3), "{convergence:?}");
         assert!((best[0] - 0.3).abs() < 0.1 && (best[1] - 0.6).abs() < 0.1, "{best:?}");
     }
 

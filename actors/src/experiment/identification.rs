@@ -119,7 +119,7 @@ mod tests {
                 converged: true,
                 final_spread: 0.0,
                 final_diameter: 0.0,
-                roughness: 0.0,
+                roughness: Some(0.0),
             },
         }
     }
