@@ -417,7 +417,7 @@ impl Client {
         self.prompt_ids(spec, node, call, &mut |earlier, prompt| {
             prompt.extend(self.prompt_of(spec, earlier));
             if let NodeKind::Llm(earlier_call) = &spec.nodes[earlier].kind {
-                prompt.extend(self.output_ids(&spec.id, &spec.nodes[earlier].id, earlier_call.output_tokens));
+                self.output_ids(&spec.id, &spec.nodes[earlier].id, earlier_call.output_tokens, prompt);
             }
         })
     }
@@ -437,11 +437,11 @@ impl Client {
             match part {
                 PromptPart::Tokens(count) => {
                     let key = format!("{}/{node_id}/{j}", spec.id);
-                    prompt.extend(self.token_ids(&self.component, "prompt-tokens", &key, *count));
+                    self.token_ids(&self.component, "prompt-tokens", &key, *count, &mut prompt);
                 }
                 PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
                 PromptPart::Shared { name, tokens } => {
-                    prompt.extend(self.token_ids("workload", "shared-tokens", name, *tokens));
+                    self.token_ids("workload", "shared-tokens", name, *tokens, &mut prompt);
                 }
                 PromptPart::History(of) => {
                     let earlier = spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
@@ -452,9 +452,10 @@ impl Client {
         prompt
     }
 
-    /// The output ids of node `node_id` of request `request`, fixed in advance.
-    fn output_ids(&self, request: &str, node_id: &str, count: u32) -> impl Iterator<Item = u32> + use<> {
-        self.token_ids(&self.component, "output-tokens", &format!("{request}/{node_id}"), count)
+    /// The output ids of node `node_id` of request `request`, fixed in advance, appended to
+    /// `into`.
+    fn output_ids(&self, request: &str, node_id: &str, count: u32, into: &mut Vec<u32>) {
+        self.token_ids(&self.component, "output-tokens", &format!("{request}/{node_id}"), count, into);
     }
 
     /// The prompt ids of an LLM node, its history from the exchanges already made.
@@ -467,17 +468,9 @@ impl Client {
         })
     }
 
-    /// `count` token ids from the substream `(component, purpose, item)`.
-    fn token_ids(
-        &self,
-        component: &str,
-        purpose: &str,
-        item: &str,
-        count: u32,
-    ) -> impl Iterator<Item = u32> + use<> {
-        let mut stream = self.streams.stream(component, purpose, item);
-        let vocab_size = u64::from(self.vocab_size);
-        (0..count).map(move |_| stream.below(vocab_size) as u32)
+    /// `count` token ids from the substream `(component, purpose, item)`, appended to `into`.
+    fn token_ids(&self, component: &str, purpose: &str, item: &str, count: u32, into: &mut Vec<u32>) {
+        self.streams.stream(component, purpose, item).extend_below(self.vocab_size, count as usize, into);
     }
 
     fn send(
@@ -492,8 +485,9 @@ impl Client {
         let index = request.calls[node].expect("an LLM node has a call");
         let record = &self.calls[&index];
         let prompt: Arc<[u32]> = self.prompt(request, node, call).into();
-        let output: Arc<[u32]> =
-            self.output_ids(&request.spec.id, &request.spec.nodes[node].id, call.output_tokens).collect();
+        let mut output = Vec::new();
+        self.output_ids(&request.spec.id, &request.spec.nodes[node].id, call.output_tokens, &mut output);
+        let output: Arc<[u32]> = output.into();
         let key = record.key;
         let engine_request = EngineRequest {
             key,

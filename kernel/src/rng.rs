@@ -66,6 +66,9 @@ impl Streams {
     }
 }
 
+/// The words [`Substream::extend_below`] draws at a time.
+const BULK_WORDS: usize = 64;
+
 /// One named stream of random draws.
 #[derive(Clone, Debug)]
 pub struct Substream {
@@ -103,6 +106,32 @@ impl Substream {
             }
         }
         (product >> 64) as u64
+    }
+
+    /// `count` draws uniform on `0..n`, appended to `into`: the same values, leaving the stream
+    /// in the same place, as `count` calls of [`Substream::below`], but drawn 64 words at a time
+    /// (a prompt's token ids are most of a client's work). `n` must be positive.
+    pub fn extend_below(&mut self, n: u32, count: usize, into: &mut Vec<u32>) {
+        assert!(n > 0, "Substream::extend_below needs a positive bound");
+        let n = u64::from(n);
+        let threshold = n.wrapping_neg() % n;
+        let mut words = [0u8; 8 * BULK_WORDS];
+        into.reserve(count);
+        let mut owed = count;
+        while owed > 0 {
+            // Never more words than draws still owed, so a rejection (which owes one more word)
+            // is made good by the next batch and the stream ends where `below` would leave it.
+            let batch = &mut words[..8 * owed.min(BULK_WORDS)];
+            self.rng.fill_bytes(batch);
+            for word in batch.chunks_exact(8) {
+                let word = u64::from_le_bytes(word.try_into().expect("chunks of eight bytes"));
+                let product = u128::from(word) * u128::from(n);
+                if (product as u64) >= threshold {
+                    into.push((product >> 64) as u32);
+                    owed -= 1;
+                }
+            }
+        }
     }
 
     /// Exponentially distributed with the given mean (inverse transform, `libm::log`).
@@ -211,6 +240,25 @@ mod tests {
                 assert_eq!(fast.below(n), expected, "n = {n}");
             }
             assert_eq!(fast.next_u64(), plain.next_u64(), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn extend_below_gives_the_draws_of_below_one_at_a_time() {
+        // Bounds that reject about half of all words (just above 2^31) exercise the owed-word
+        // path; counts across the batch size and odd stream offsets exercise the tails.
+        for n in [1, 7, 128_256, (1 << 31) + 1, u32::MAX] {
+            for count in [0, 1, 63, 64, 65, 512, 1_000] {
+                let mut bulk = Streams::new(5).stream("test", "extend-below", &n.to_string());
+                bulk.next_u64();
+                let mut single = bulk.clone();
+                let mut drawn = vec![9];
+                bulk.extend_below(n, count, &mut drawn);
+                let expected: Vec<u32> =
+                    std::iter::once(9).chain((0..count).map(|_| single.below(u64::from(n)) as u32)).collect();
+                assert_eq!(drawn, expected, "n = {n}, count = {count}");
+                assert_eq!(bulk.next_u64(), single.next_u64(), "n = {n}, count = {count}");
+            }
         }
     }
 
