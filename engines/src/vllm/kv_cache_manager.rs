@@ -161,15 +161,22 @@ impl KvCacheManager {
     }
 
     /// Hash into the cache every block of `request` full within its first `num_tokens` tokens.
+    /// Inlined: it is asked twice a step for every running request, and a block fills only
+    /// once every `block_size` tokens.
+    #[inline]
     pub(crate) fn cache_blocks(&mut self, request: &mut Request, num_tokens: u32) {
         if !self.pool.caching() {
             return;
         }
         let cached = request.num_cached_blocks.unwrap_or(0);
         let full = (num_tokens / self.block_size) as usize;
-        if cached >= full {
-            return;
+        if cached < full {
+            self.cache_new_full_blocks(request, cached, full);
         }
+    }
+
+    /// [`KvCacheManager::cache_blocks`] for blocks `cached..full`, at least one.
+    fn cache_new_full_blocks(&mut self, request: &mut Request, cached: usize, full: usize) {
         if self.pool.records_events() {
             let block_size = self.block_size as usize;
             let tokens = &request.tokens[..full * block_size];
