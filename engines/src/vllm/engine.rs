@@ -245,6 +245,9 @@ pub struct VllmEngine {
     scheduler: Scheduler,
     environment: Box<dyn Environment>,
     in_flight: VecDeque<Box<SchedulerOutput>>,
+    /// Completed batches kept for reuse. Boxed like `in_flight`'s, so a batch moves between
+    /// the two as a pointer rather than as its ~260 bytes.
+    #[allow(clippy::vec_box)]
     spare: Vec<Box<SchedulerOutput>>,
     shape: StepShape,
     update: UpdateOutput,
