@@ -112,11 +112,17 @@ impl Substream {
     /// in the same place, as `count` calls of [`Substream::below`], but drawn 64 words at a time
     /// (a prompt's token ids are most of a client's work). `n` must be positive.
     pub fn extend_below(&mut self, n: u32, count: usize, into: &mut Vec<u32>) {
+        into.reserve(count);
+        // A draw below a u32 bound fits a u32.
+        self.bulk_below(u64::from(n), count, |value| into.push(value as u32));
+    }
+
+    /// `count` draws uniform on `0..n` handed to `take` in stream order, 64 words at a time,
+    /// accepting exactly the words [`Substream::below`] accepts.
+    fn bulk_below(&mut self, n: u64, count: usize, mut take: impl FnMut(u64)) {
         assert!(n > 0, "Substream::extend_below needs a positive bound");
-        let n = u64::from(n);
         let threshold = n.wrapping_neg() % n;
         let mut words = [0u8; 8 * BULK_WORDS];
-        into.reserve(count);
         let mut owed = count;
         while owed > 0 {
             // Never more words than draws still owed, so a rejection (which owes one more word)
@@ -127,7 +133,7 @@ impl Substream {
                 let word = u64::from_le_bytes(word.try_into().expect("chunks of eight bytes"));
                 let product = u128::from(word) * u128::from(n);
                 if (product as u64) >= threshold {
-                    into.push((product >> 64) as u32);
+                    take((product >> 64) as u64);
                     owed -= 1;
                 }
             }
@@ -245,9 +251,8 @@ mod tests {
 
     #[test]
     fn extend_below_gives_the_draws_of_below_one_at_a_time() {
-        // Bounds that reject about half of all words (just above 2^31) exercise the owed-word
-        // path; counts across the batch size and odd stream offsets exercise the tails.
-        for n in [1, 7, 128_256, (1 << 31) + 1, u32::MAX] {
+        // Counts across the batch size, from an offset into the generator's block.
+        for n in [1, 7, 128_256, u32::MAX] {
             for count in [0, 1, 63, 64, 65, 512, 1_000] {
                 let mut bulk = Streams::new(5).stream("test", "extend-below", &n.to_string());
                 bulk.next_u64();
@@ -256,6 +261,23 @@ mod tests {
                 bulk.extend_below(n, count, &mut drawn);
                 let expected: Vec<u32> =
                     std::iter::once(9).chain((0..count).map(|_| single.below(u64::from(n)) as u32)).collect();
+                assert_eq!(drawn, expected, "n = {n}, count = {count}");
+                assert_eq!(bulk.next_u64(), single.next_u64(), "n = {n}, count = {count}");
+            }
+        }
+    }
+
+    #[test]
+    fn bulk_draws_make_good_a_rejected_word_as_below_does() {
+        // Below a u32 bound a word is rejected with probability under 2^-32, so the owed-word
+        // path is exercised with bounds just above 2^63, where about half of all words are.
+        for n in [(1 << 63) + 1, u64::MAX - 1] {
+            for count in [1, 63, 64, 65, 300] {
+                let mut bulk = Streams::new(6).stream("test", "bulk-below", &n.to_string());
+                let mut single = bulk.clone();
+                let mut drawn = Vec::new();
+                bulk.bulk_below(n, count, |value| drawn.push(value));
+                let expected: Vec<u64> = (0..count).map(|_| single.below(n)).collect();
                 assert_eq!(drawn, expected, "n = {n}, count = {count}");
                 assert_eq!(bulk.next_u64(), single.next_u64(), "n = {n}, count = {count}");
             }
