@@ -1,7 +1,8 @@
 //! `calls.jsonl` written as calls settle: its header line first, then all of the calls, a
-//! uniform sample, or none; in every case the SHA-256 of every call record (as `all` would
-//! write them, header excluded) is computed for the run's comparable digest, so record/replay
-//! checks do not depend on the selection.
+//! uniform sample, or none; whatever the selection, the SHA-256 of every call record (as `all`
+//! would write them, header excluded) is computed for the run's comparable digest, so
+//! record/replay checks do not depend on the selection — unless the caller reads only figures
+//! (validation, calibration, sweeps) and skips it with [`CallsDigest::Skipped`].
 
 use std::fmt;
 use std::fs::File;
@@ -49,6 +50,17 @@ impl FromStr for CallSelection {
     }
 }
 
+/// Whether a run digests its call records for the comparable digest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallsDigest {
+    /// Every record is serialised and hashed (the default; record/replay checks need it).
+    #[default]
+    Computed,
+    /// Nothing is hashed, and a record is serialised only to be written: for callers that read
+    /// only the figures, where the serialisation and hash are a tenth of the run.
+    Skipped,
+}
+
 /// Why the calls could not be written.
 #[derive(Debug)]
 pub struct CallsOutError {
@@ -74,18 +86,20 @@ pub struct CallsOut {
     sampler: Substream,
     seen: u64,
     line: Vec<u8>,
-    digest: Sha256,
+    digest: Option<Sha256>,
 }
 
 impl CallsOut {
     /// Records selected by `selection`, streamed into `path` (created or truncated) or, without
     /// a path, kept in memory for the caller, under `header` (its pools filled in by
-    /// [`CallsOut::begin`]); `seed` seeds the sample.
+    /// [`CallsOut::begin`]); `seed` seeds the sample; `digest` says whether every record is
+    /// hashed.
     pub fn new(
         selection: CallSelection,
         path: Option<&Path>,
         seed: u64,
         header: CallsHeader,
+        digest: CallsDigest,
     ) -> Result<CallsOut, CallsOutError> {
         let file = match path.filter(|_| selection != CallSelection::None) {
             Some(path) => Some((
@@ -105,7 +119,7 @@ impl CallsOut {
             sampler: Streams::new(seed).stream("output/calls", "sample", ""),
             seen: 0,
             line: Vec::new(),
-            digest: Sha256::new(),
+            digest: (digest == CallsDigest::Computed).then(Sha256::new),
         })
     }
 
@@ -122,10 +136,15 @@ impl CallsOut {
 
     /// One record, the next in file order.
     pub fn write(&mut self, record: CallRecord) -> Result<(), CallsOutError> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, &record).expect("call records serialise");
-        self.line.push(b'\n');
-        self.digest.update(&self.line);
+        let streamed = self.selection == CallSelection::All && self.file.is_some();
+        if streamed || self.digest.is_some() {
+            self.line.clear();
+            serde_json::to_writer(&mut self.line, &record).expect("call records serialise");
+            self.line.push(b'\n');
+            if let Some(digest) = &mut self.digest {
+                digest.update(&self.line);
+            }
+        }
         let index = self.seen;
         self.seen += 1;
         match self.selection {
@@ -151,8 +170,8 @@ impl CallsOut {
     }
 
     /// Write out the sample, flush the file; the header, the records kept in memory and the
-    /// SHA-256 (hex) of every record in file order.
-    pub fn finish(mut self) -> Result<(CallsHeader, Vec<CallRecord>, String), CallsOutError> {
+    /// SHA-256 (hex) of every record in file order, unless it was skipped.
+    pub fn finish(mut self) -> Result<(CallsHeader, Vec<CallRecord>, Option<String>), CallsOutError> {
         self.reservoir.sort_by_key(|(index, _)| *index);
         for (_, record) in std::mem::take(&mut self.reservoir) {
             match &mut self.file {
@@ -167,8 +186,8 @@ impl CallsOut {
         if let Some((path, file)) = &mut self.file {
             file.flush().map_err(|error| CallsOutError { path: path.clone(), error })?;
         }
-        let digest = self.digest.finalize();
-        Ok((self.header, self.kept, digest.iter().map(|b| format!("{b:02x}")).collect()))
+        let digest = self.digest.map(|d| d.finalize().iter().map(|b| format!("{b:02x}")).collect());
+        Ok((self.header, self.kept, digest))
     }
 }
 

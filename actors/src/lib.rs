@@ -32,7 +32,7 @@ mod tally;
 pub mod workload;
 
 pub use assembly::{AssembledCluster, AssemblyOptions, Fault, assemble};
-pub use calls_out::{CallSelection, CallsOut, CallsOutError};
+pub use calls_out::{CallSelection, CallsDigest, CallsOut, CallsOutError};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
 pub use engine_host::EngineHost;
 pub use experiment::comparison::{Configuration, MetricComparison, compare_configs};

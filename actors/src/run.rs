@@ -17,7 +17,7 @@ use blis_kernel::{HostKind, KernelError, Observer, SimTime};
 use sha2::{Digest, Sha256};
 
 use crate::assembly::AssemblyOptions;
-use crate::calls_out::{CallSelection, CallsOut};
+use crate::calls_out::{CallSelection, CallsDigest, CallsOut};
 use crate::client::call_key;
 use crate::experiment::figures::{acceptance, estimates, replication_record, scalars, validity};
 use crate::experiment::replication::{ReplicationRun, replication_seed, run_replication};
@@ -54,6 +54,8 @@ pub struct RunOptions {
     /// Stream replication 0's calls into this file as they settle (`calls.jsonl`); without it
     /// they are kept in [`RunOutput::calls`].
     pub calls_path: Option<PathBuf>,
+    /// Whether replication 0's call records are hashed for [`RunOutput::calls_sha256`].
+    pub calls_digest: CallsDigest,
 }
 
 /// How far a run has got, for a progress display.
@@ -78,8 +80,9 @@ pub struct RunOutput {
     /// were not streamed to a file.
     pub calls: Vec<CallRecord>,
     /// SHA-256 (hex) of replication 0's every call record in file order, as `calls.jsonl`
-    /// holds them with `--calls all`, whatever the selection.
-    pub calls_sha256: String,
+    /// holds them with `--calls all`, whatever the selection; `None` when the run skipped it
+    /// ([`CallsDigest::Skipped`]).
+    pub calls_sha256: Option<String>,
     /// With `export_workload`: per client of replication 0 (in scenario order, replays last),
     /// its name and the requests it released, with the times it released them.
     pub workloads: Vec<(String, Vec<RequestSpec>)>,
@@ -105,7 +108,8 @@ impl RunOutput {
     }
 
     /// SHA-256 (hex) of the comparable part of the Result: fates, metrics and the calls'
-    /// digest, as JSON. Record and replay, and export and re-run, must give the same digest.
+    /// digest, as JSON. Record and replay, and export and re-run, must give the same digest
+    /// (both with the calls' digest computed: a run that skipped it digests a null there).
     pub fn comparable_digest(&self) -> String {
         let comparable = (&self.result.fates, &self.result.metrics, &self.calls_sha256);
         let bytes = serde_json::to_vec(&comparable).expect("results serialise");
@@ -249,22 +253,24 @@ pub fn run_observed(
             scope.spawn(run_rest);
         }
         let header = calls_header(&scenario, text, seed, &assembly.base_dir);
-        let first = CallsOut::new(options.calls, options.calls_path.as_deref(), seed, header)
-            .map_err(|e| RunError::Output(e.to_string()))
-            .and_then(|mut calls| {
-                let (run, observers) = run_replication(
-                    &scenario,
-                    0,
-                    seed,
-                    data,
-                    &assembly,
-                    observers,
-                    Some(&mut calls),
-                    progress,
-                )?;
-                let (header, kept, digest) = calls.finish().map_err(|e| RunError::Output(e.to_string()))?;
-                Ok((run, observers, (header, kept), digest))
-            });
+        let first =
+            CallsOut::new(options.calls, options.calls_path.as_deref(), seed, header, options.calls_digest)
+                .map_err(|e| RunError::Output(e.to_string()))
+                .and_then(|mut calls| {
+                    let (run, observers) = run_replication(
+                        &scenario,
+                        0,
+                        seed,
+                        data,
+                        &assembly,
+                        observers,
+                        Some(&mut calls),
+                        progress,
+                    )?;
+                    let (header, kept, digest) =
+                        calls.finish().map_err(|e| RunError::Output(e.to_string()))?;
+                    Ok((run, observers, (header, kept), digest))
+                });
         // With one thread (or when the workers are slow) this thread takes the rest too.
         run_rest();
         first

@@ -4,7 +4,7 @@
 //! of two configurations on common random numbers.
 
 use blis_actors::stats::compare::Verdict;
-use blis_actors::{Configuration, RunOptions, RunOutput, compare_configs, run};
+use blis_actors::{CallsDigest, Configuration, RunOptions, RunOutput, compare_configs, run};
 use blis_contracts::{Better, RunKind};
 use blis_costmodel::CostData;
 
@@ -213,4 +213,28 @@ fn calls_streamed_to_a_file_are_the_calls_kept_in_memory_and_in_end_order() {
     let settled: Vec<u64> = kept.calls.iter().map(|c| c.settled_us.unwrap()).collect();
     assert!(settled.windows(2).all(|w| w[0] <= w[1]), "{settled:?}");
     assert_eq!(kept.calls.len(), 120);
+}
+
+#[test]
+fn skipping_the_calls_digest_changes_no_written_byte_and_no_kept_call() {
+    let text = scenario("replications: 2", "", 2, 8.0, 60);
+    let digested = run_with(&text, 1);
+    let path = std::env::temp_dir().join(format!("blis-actor-undigested-{}.jsonl", std::process::id()));
+    let streamed = RunOptions {
+        threads: Some(1),
+        calls_path: Some(path.clone()),
+        calls_digest: CallsDigest::Skipped,
+        ..RunOptions::default()
+    };
+    let undigested = run(&text, streamed, &mut |_| {}).unwrap();
+    let written = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(written, digested.calls_jsonl());
+    assert_eq!(undigested.result_json(), digested.result_json());
+    assert_eq!(undigested.calls_sha256, None);
+    assert_eq!(digested.calls_sha256.as_deref().map(str::len), Some(64));
+    let in_memory =
+        RunOptions { threads: Some(1), calls_digest: CallsDigest::Skipped, ..RunOptions::default() };
+    let kept = run(&text, in_memory, &mut |_| {}).unwrap();
+    assert_eq!(kept.calls_jsonl(), digested.calls_jsonl());
 }

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use blis_actors::{CallSelection, RunOptions, run_observed};
+use blis_actors::{CallSelection, CallsDigest, RunOptions, run_observed};
 use blis_costmodel::CostData;
 
 /// One bench case.
@@ -246,6 +246,8 @@ pub fn bench(names: &[String], print_scenario: bool, out: &Path) -> ExitCode {
             threads: Some(case.threads),
             calls: CallSelection::All,
             calls_path: Some(dir.join("calls.jsonl")),
+            // As `run` does without `--record`.
+            calls_digest: CallsDigest::Skipped,
             ..RunOptions::default()
         };
         let text = scenario(case);

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use blis_actors::{
-    CallSelection, ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput, run_observed,
+    CallSelection, CallsDigest, ClusterMessage, Observers, Progress, RunError, RunOptions, RunOutput,
+    run_observed,
 };
 use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
@@ -489,6 +490,8 @@ fn main() -> ExitCode {
                 Err(message) => return fail(2, format_args!("--calls: {message}")),
             };
             let calls_path = out.join("calls.jsonl");
+            // Only a recording's trailer reads the calls' digest.
+            let calls_digest = if record.is_some() { CallsDigest::Computed } else { CallsDigest::Skipped };
             let outputs = Outputs { out, trace, trace_filter, record, export_workload };
             // Workload files named in a scenario are found next to it.
             let base_dir = scenario.as_deref().and_then(Path::parent).map(Path::to_path_buf);
@@ -506,6 +509,7 @@ fn main() -> ExitCode {
                     coefficient_spread,
                     calls,
                     calls_path: Some(calls_path),
+                    calls_digest,
                 },
                 &data,
                 &outputs,
@@ -999,6 +1003,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         coefficient_spread: false,
         calls: CallSelection::None,
         calls_path: None,
+        calls_digest: CallsDigest::Computed,
     };
     let outcome = run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {});
     let _ = std::fs::remove_dir_all(&carried);

@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::replication::replication_seed;
+use crate::calls_out::CallsDigest;
 use crate::run::{Progress, RunError, RunOptions, RunOutput, run_observed};
 use crate::stats::interval::{DEFAULT_LEVEL, estimate};
 use crate::workload::known_drift;
@@ -368,6 +369,7 @@ pub fn simulate(
             replications: Some(1),
             threads: Some(1),
             base_dir: Some(experiment.dir.clone()),
+            calls_digest: CallsDigest::Skipped,
             ..RunOptions::default()
         };
         let (output, _) = run_observed(&text, options, data, Vec::new(), &mut |p| progress(r, p))?;

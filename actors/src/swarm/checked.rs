@@ -10,7 +10,7 @@ use blis_kernel::{HostKind, KernelError};
 
 use super::checker::{Checker, CheckerReport};
 use crate::assembly::{AssemblyOptions, Fault};
-use crate::calls_out::{CallSelection, CallsOut};
+use crate::calls_out::{CallSelection, CallsDigest, CallsOut};
 use crate::experiment::replication::{ReplicationRun, run_replication};
 use crate::run::RunError;
 
@@ -63,8 +63,8 @@ pub fn run_checked(
         fault: options.fault,
     };
     // Every call record, kept in memory in file order (no file is written).
-    let mut calls_out =
-        CallsOut::new(CallSelection::All, None, seed, swarm_header()).expect("no file to open");
+    let mut calls_out = CallsOut::new(CallSelection::All, None, seed, swarm_header(), CallsDigest::Computed)
+        .expect("no file to open");
     let checker: crate::run::Observers = vec![Box::new(Checker::for_run())];
     let outcome =
         run_replication(scenario, 0, seed, data, &assembly, checker, Some(&mut calls_out), &mut |_| {});
@@ -104,13 +104,14 @@ pub fn run_checked(
         let host = if seed.is_multiple_of(4) { HostKind::Tasks } else { HostKind::Inline };
         let again = AssemblyOptions { host, ..assembly };
         let mut rerun_calls =
-            CallsOut::new(CallSelection::None, None, seed, swarm_header()).expect("no file to open");
+            CallsOut::new(CallSelection::None, None, seed, swarm_header(), CallsDigest::Computed)
+                .expect("no file to open");
         let rerun =
             run_replication(scenario, 0, seed, data, &again, Vec::new(), Some(&mut rerun_calls), &mut |_| {});
-        let rerun_digest = rerun_calls.finish().map(|(_, _, digest)| digest).ok();
+        let rerun_digest = rerun_calls.finish().ok().and_then(|(_, _, digest)| digest);
         match rerun {
             Ok((rerun, _))
-                if rerun.fates == run.fates && rerun_digest.as_deref() == Some(calls_digest.as_str()) => {}
+                if rerun.fates == run.fates && rerun_digest.is_some() && rerun_digest == calls_digest => {}
             Ok(_) => checked
                 .violations
                 .push(format!("I10 an unchecked rerun on the {host:?} host gave other outputs")),

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::path::ScenarioPath;
 use super::record::{AxisValue, PointRecord, PointStatus};
 use super::spec::{Base, Point};
-use crate::{CallSelection, Progress, RunError, RunOptions, RunOutput, run_observed};
+use crate::{CallSelection, CallsDigest, Progress, RunError, RunOptions, RunOutput, run_observed};
 
 /// How points run.
 #[derive(Clone, Debug, Default)]
@@ -64,6 +64,7 @@ pub fn run_point(
         threads: options.threads,
         build: options.build.clone(),
         calls: CallSelection::None,
+        calls_digest: CallsDigest::Skipped,
         ..RunOptions::default()
     };
     match run_observed(text, run_options, data, Vec::new(), progress) {
