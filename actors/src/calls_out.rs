@@ -1,8 +1,9 @@
 //! `calls.jsonl` written as calls settle: its header line first, then all of the calls, a
 //! uniform sample, or none; whatever the selection, the SHA-256 of every call record (as `all`
 //! would write them, header excluded) is computed for the run's comparable digest, so
-//! record/replay checks do not depend on the selection — unless the caller reads only figures
-//! (validation, calibration, sweeps) and skips it with [`CallsDigest::Skipped`].
+//! record/replay checks do not depend on the selection — unless nothing reads it (validation,
+//! calibration, sweep points and benches read only figures; `run` without `--record` has no
+//! recording's trailer to write) and the caller skips it with [`CallsDigest::Skipped`].
 
 use std::fmt;
 use std::fs::File;

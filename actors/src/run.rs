@@ -108,12 +108,14 @@ impl RunOutput {
     }
 
     /// SHA-256 (hex) of the comparable part of the Result: fates, metrics and the calls'
-    /// digest, as JSON. Record and replay, and export and re-run, must give the same digest
-    /// (both with the calls' digest computed: a run that skipped it digests a null there).
-    pub fn comparable_digest(&self) -> String {
-        let comparable = (&self.result.fates, &self.result.metrics, &self.calls_sha256);
+    /// digest, as JSON. Record and replay, and export and re-run, must give the same digest;
+    /// none when the run skipped the calls' digest ([`CallsDigest::Skipped`]), which leaves
+    /// nothing to compare the calls by.
+    pub fn comparable_digest(&self) -> Option<String> {
+        let calls_sha256 = self.calls_sha256.as_ref()?;
+        let comparable = (&self.result.fates, &self.result.metrics, calls_sha256);
         let bytes = serde_json::to_vec(&comparable).expect("results serialise");
-        hex(&Sha256::digest(&bytes))
+        Some(hex(&Sha256::digest(&bytes)))
     }
 }
 

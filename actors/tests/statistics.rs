@@ -208,6 +208,7 @@ fn calls_streamed_to_a_file_are_the_calls_kept_in_memory_and_in_end_order() {
     assert!(streamed.calls.is_empty(), "streamed calls are not also kept");
     assert_eq!(written, kept.calls_jsonl());
     assert_eq!(streamed.result_json(), kept.result_json());
+    assert!(streamed.comparable_digest().is_some(), "the calls' digest is computed by default");
     assert_eq!(streamed.comparable_digest(), kept.comparable_digest());
     // Requests of one call each are written as they end: by settle time.
     let settled: Vec<u64> = kept.calls.iter().map(|c| c.settled_us.unwrap()).collect();

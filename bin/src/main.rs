@@ -769,7 +769,9 @@ fn run(
     }
     if let Some(path) = &outputs.record {
         let log = downcast::<MessageLog<BufWriter<File>>>(observers.next());
-        if let Err(error) = log.finish(&replay::trailer(&output.comparable_digest())) {
+        if let Err(error) = log.finish(&replay::trailer(
+            &output.comparable_digest().expect("a recorded run computes the calls' digest"),
+        )) {
             return fail(1, format_args!("{}: cannot write the recording: {error}", path.display()));
         }
         eprintln!("wrote {}", path.display());
@@ -1020,7 +1022,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         println!("  replayed: {}", d.replayed);
         return ExitCode::FAILURE;
     }
-    let digest = replay::trailer(&output.comparable_digest());
+    let digest = replay::trailer(&output.comparable_digest().expect("a replay computes the calls' digest"));
     match recorded.trailer {
         Some(trailer) if trailer == digest => {
             println!("replay matched all {recorded_count} deliveries and the comparable result ({digest})");
