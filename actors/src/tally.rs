@@ -230,10 +230,8 @@ impl Tally {
                     return;
                 }
                 let (Some(ttft_us), Some(e2e_us)) = (call.ttft_us(), call.e2e_us()) else { return };
-                let slice = series.itl_slice(call.arrival_us);
-                for &gap in call.token_latency_us.iter().skip(1) {
-                    slice.record(gap as f64);
-                }
+                let later = call.token_latency_us.get(1..).unwrap_or_default();
+                series.itl_slice(call.arrival_us).record_all_us(later);
                 series.calls.push(SeriesCall {
                     arrival_us: call.arrival_us,
                     ttft_us,

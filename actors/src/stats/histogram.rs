@@ -74,6 +74,26 @@ impl LatencyHistogram {
         self.range = Some(self.range.map_or((value, value), |(min, max)| (min.min(value), max.max(value))));
     }
 
+    /// Record one sample of each of `values` µs: the same histogram as recording them one by
+    /// one, with the count, sum and range updated once (a call's token gaps come in a run).
+    pub fn record_all(&mut self, values: &[u64]) {
+        let Some(&highest) = values.iter().max() else { return };
+        let lowest = values.iter().copied().min().unwrap_or(highest);
+        let top = bucket_index(highest);
+        if top >= self.counts.len() {
+            self.counts.resize(top + 1, 0);
+        }
+        let mut sum = 0u128;
+        for &value in values {
+            self.counts[bucket_index(value)] += 1;
+            sum += u128::from(value);
+        }
+        self.count += values.len() as u64;
+        self.sum += sum;
+        self.range =
+            Some(self.range.map_or((lowest, highest), |(min, max)| (min.min(lowest), max.max(highest))));
+    }
+
     /// Add every sample of `other` to this histogram.
     pub fn merge(&mut self, other: &LatencyHistogram) {
         if other.counts.len() > self.counts.len() {
@@ -278,6 +298,23 @@ mod tests {
         let mut histogram = LatencyHistogram::new();
         values.iter().for_each(|&v| histogram.record(v));
         histogram
+    }
+
+    #[test]
+    fn recording_a_run_at_once_gives_the_histogram_of_recording_it_value_by_value() {
+        let values = samples(11, 300);
+        for cut in [0, 1, 7, 150, 299, 300] {
+            let mut one_by_one = histogram_of(&values[..40]);
+            values[40..40 + cut.min(260)].iter().for_each(|&v| one_by_one.record(v));
+            let mut at_once = histogram_of(&values[..40]);
+            at_once.record_all(&values[40..40 + cut.min(260)]);
+            assert_eq!(at_once, one_by_one, "after {cut} values at once");
+        }
+        let mut empty = LatencyHistogram::new();
+        empty.record_all(&[]);
+        assert_eq!(empty, LatencyHistogram::new());
+        empty.record_all(&[5_000, 3]);
+        assert_eq!(empty, histogram_of(&[5_000, 3]));
     }
 
     #[test]
