@@ -71,9 +71,11 @@ pub fn hash_block(parent: &BlockHash, tokens: &[u32], scratch: &mut Vec<u8>) -> 
 /// The key of a block of `tokens` whose predecessor's key is `parent`.
 pub fn key_block(parent: BlockKey, tokens: &[u32], scratch: &mut Vec<u8>) -> BlockKey {
     scratch.clear();
-    scratch.extend_from_slice(&parent.to_le_bytes());
-    for &token in tokens {
-        scratch.extend_from_slice(&token.to_le_bytes());
+    scratch.resize(16 + 4 * tokens.len(), 0);
+    let (head, body) = scratch.split_at_mut(16);
+    head.copy_from_slice(&parent.to_le_bytes());
+    for (bytes, &token) in body.chunks_exact_mut(4).zip(tokens) {
+        bytes.copy_from_slice(&token.to_le_bytes());
     }
     xxh3_128(scratch)
 }
@@ -137,6 +139,21 @@ mod tests {
         extend_hashes(&mut other, &changed, 16, &mut scratch);
         assert_ne!(hashes[0], other[0]);
         assert_ne!(hashes[1], other[1], "a change in block 0 changes every later hash");
+    }
+
+    #[test]
+    fn a_key_is_xxh3_128_of_the_parent_key_and_the_token_ids_little_endian() {
+        let tokens = [1u32, 0x0102_0304, u32::MAX];
+        let parent: BlockKey = 0x0011_2233_4455_6677_8899_aabb_ccdd_eeff;
+        let mut bytes = parent.to_le_bytes().to_vec();
+        tokens.iter().for_each(|t| bytes.extend_from_slice(&t.to_le_bytes()));
+        let mut scratch = vec![7u8; 3];
+        assert_eq!(key_block(parent, &tokens, &mut scratch), xxh3_128(&bytes));
+        assert_eq!(
+            key_block(0, &[], &mut scratch),
+            xxh3_128(&[0u8; 16]),
+            "an empty block keys its parent alone"
+        );
     }
 
     #[test]

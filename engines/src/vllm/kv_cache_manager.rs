@@ -150,9 +150,11 @@ impl KvCacheManager {
             self.tables += 1;
         }
         let missing = required.saturating_sub(request.blocks.len()) as u32;
-        let start = new_blocks.len();
-        self.pool.get_new_blocks(missing, new_blocks);
-        request.blocks.extend_from_slice(&new_blocks[start..]);
+        if missing > 0 {
+            let start = new_blocks.len();
+            self.pool.get_new_blocks(missing, new_blocks);
+            request.blocks.extend_from_slice(&new_blocks[start..]);
+        }
         if self.pool.caching() && !delay_cache {
             let cache_to = (total_computed + num_new).min(request.num_tokens());
             self.cache_blocks(request, cache_to);
