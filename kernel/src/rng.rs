@@ -24,7 +24,7 @@
 //! defined here too (not borrowed from `rand`'s distributions), and logarithms come from `libm`,
 //! so a draw is the same on every platform and across `rand` releases.
 
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 
@@ -114,29 +114,31 @@ impl Substream {
     pub fn extend_below(&mut self, n: u32, count: usize, into: &mut Vec<u32>) {
         into.reserve(count);
         // A draw below a u32 bound fits a u32.
-        self.bulk_below(u64::from(n), count, |value| into.push(value as u32));
+        self.bulk_below(u64::from(n), count, |values| into.extend(values.iter().map(|&v| v as u32)));
     }
 
-    /// `count` draws uniform on `0..n` handed to `take` in stream order, 64 words at a time,
-    /// accepting exactly the words [`Substream::below`] accepts.
-    fn bulk_below(&mut self, n: u64, count: usize, mut take: impl FnMut(u64)) {
+    /// `count` draws uniform on `0..n` handed to `take` in stream order, a batch of up to 64
+    /// at a time, accepting exactly the words [`Substream::below`] accepts.
+    fn bulk_below(&mut self, n: u64, count: usize, mut take: impl FnMut(&[u64])) {
         assert!(n > 0, "Substream::extend_below needs a positive bound");
         let threshold = n.wrapping_neg() % n;
-        let mut words = [0u8; 8 * BULK_WORDS];
+        let mut words = [0u64; BULK_WORDS];
+        let mut accepted = [0u64; BULK_WORDS];
         let mut owed = count;
         while owed > 0 {
             // Never more words than draws still owed, so a rejection (which owes one more word)
             // is made good by the next batch and the stream ends where `below` would leave it.
-            let batch = &mut words[..8 * owed.min(BULK_WORDS)];
-            self.rng.fill_bytes(batch);
-            for word in batch.chunks_exact(8) {
-                let word = u64::from_le_bytes(word.try_into().expect("chunks of eight bytes"));
+            let batch = &mut words[..owed.min(BULK_WORDS)];
+            // The words `next_u64` would give, in order (little-endian, as `fill_bytes`).
+            self.rng.fill(batch);
+            let mut kept = 0;
+            for &word in batch.iter() {
                 let product = u128::from(word) * u128::from(n);
-                if (product as u64) >= threshold {
-                    take((product >> 64) as u64);
-                    owed -= 1;
-                }
+                accepted[kept] = (product >> 64) as u64;
+                kept += usize::from((product as u64) >= threshold);
             }
+            take(&accepted[..kept]);
+            owed -= kept;
         }
     }
 
@@ -276,7 +278,7 @@ mod tests {
                 let mut bulk = Streams::new(6).stream("test", "bulk-below", &n.to_string());
                 let mut single = bulk.clone();
                 let mut drawn = Vec::new();
-                bulk.bulk_below(n, count, |value| drawn.push(value));
+                bulk.bulk_below(n, count, |values| drawn.extend_from_slice(values));
                 let expected: Vec<u64> = (0..count).map(|_| single.below(n)).collect();
                 assert_eq!(drawn, expected, "n = {n}, count = {count}");
                 assert_eq!(bulk.next_u64(), single.next_u64(), "n = {n}, count = {count}");
