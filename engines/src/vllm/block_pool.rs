@@ -16,10 +16,11 @@
 //! iterated, so its layout cannot reach any decision. The blocks sharing a key form a list
 //! threaded through per-block arrays, so caching a block allocates nothing.
 //!
-//! The free queue is a ring of block ids in queue order, each block remembering its position;
-//! taking a block from the middle (a prefix hit) only clears that position, and the stale
-//! entry is skipped when it reaches the head. Reading the queue is then sequential, so the
-//! blocks taken at once are fetched in parallel rather than one link after another (the
+//! The free queue is a ring of block ids in queue order, each entry with the block's folded key
+//! (zero when it is not cached), each block remembering its position; taking a block from the
+//! middle (a prefix hit) only clears its entry, which is skipped when it reaches the head.
+//! Taking blocks from the head reads the ring in order and each evicted key's index slot, and
+//! only writes the blocks, so the blocks taken at once cost no load that waits on another (the
 //! least recently freed blocks are cold, and a linked queue made every one a serial miss).
 
 use super::block_hash::{BlockHash, BlockKey, event_value};
@@ -334,7 +335,8 @@ impl BlockPool {
         let queue = &self.free_queue;
         (queue.head..queue.tail)
             .map(|position| (position, queue.entry(position)))
-            .filter(|&(position, id)| self.blocks[id as usize].queue_position == position)
+            .filter(|&(_, id)| id != NONE)
+            .inspect(|&(position, id)| debug_assert_eq!(self.blocks[id as usize].queue_position, position))
             .map(|(_, id)| id)
             .collect()
     }
@@ -353,15 +355,26 @@ impl BlockPool {
         self.index.slots[slot].last = id;
     }
 
-    /// Evict `id` from the cache if it is cached; `folded` is its folded key as queued, so
-    /// the index slot is read without waiting for the block.
+    /// Evict `id` from the cache if it is cached; `folded` is its folded key as queued (zero
+    /// if it was not cached), so the index slot is found without reading the block, and a
+    /// block alone under its key is evicted without reading it at all.
     fn evict(&mut self, id: BlockId, folded: u64) {
-        let Some(key) = self.blocks[id as usize].cached_key() else { return };
-        debug_assert_eq!(folded, fold(key), "block {id} was queued with its key");
-        let slot =
-            self.index.find_folded(folded, key, &self.blocks).expect("a cached block's key is indexed");
+        debug_assert_eq!(
+            folded,
+            self.blocks[id as usize].cached_key().map_or(0, fold),
+            "block {id} was queued with its key"
+        );
+        if folded == 0 {
+            return;
+        }
+        let slot = self.index.find_block(folded, id, &self.blocks).expect("a cached block's key is indexed");
         self.blocks[id as usize].cached = false;
-        let (prev, next) = (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next);
+        let (first, last) = (self.index.slots[slot].first, self.index.slots[slot].last);
+        let (prev, next) = if first == id && last == id {
+            (NONE, NONE)
+        } else {
+            (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next)
+        };
         if prev == NONE {
             self.index.slots[slot].first = next;
         } else {
@@ -392,18 +405,22 @@ impl BlockPool {
     /// The head block and its folded key (as queued).
     fn pop_head(&mut self) -> Option<(u32, u64)> {
         while let Some((position, id, folded)) = self.free_queue.pop() {
-            let block = &mut self.blocks[id as usize];
-            if block.queue_position == position {
-                block.queue_position = NOT_QUEUED;
-                self.free -= 1;
-                return Some((id, folded));
+            if id == NONE {
+                // Taken from the middle of the queue.
+                continue;
             }
+            debug_assert_eq!(self.blocks[id as usize].queue_position, position, "block {id} is queued here");
+            self.blocks[id as usize].queue_position = NOT_QUEUED;
+            self.free -= 1;
+            return Some((id, folded));
         }
         None
     }
 
     fn unlink(&mut self, id: u32) {
-        debug_assert_ne!(self.blocks[id as usize].queue_position, NOT_QUEUED, "block {id} is not free");
+        let position = self.blocks[id as usize].queue_position;
+        debug_assert_ne!(position, NOT_QUEUED, "block {id} is not free");
+        self.free_queue.clear_entry(position);
         self.blocks[id as usize].queue_position = NOT_QUEUED;
         self.free -= 1;
     }
@@ -460,7 +477,12 @@ impl FreeQueue {
         position
     }
 
-    /// The head entry's position, id and folded key, stale or not.
+    /// Mark the entry at `position` taken ([`NONE`]), so the head skips it.
+    fn clear_entry(&mut self, position: u64) {
+        self.ring[(position & self.mask) as usize] = NONE;
+    }
+
+    /// The head entry's position, id ([`NONE`] if it was taken) and folded key.
     fn pop(&mut self) -> Option<(u64, u32, u64)> {
         if self.head == self.tail {
             return None;
@@ -523,9 +545,13 @@ struct Slot {
 
 const EMPTY: Slot = Slot { folded: 0, first: NONE, last: NONE };
 
+/// The bit every folded key has set, so that a folded key is never zero (the free queue's
+/// mark of a block that is not cached); an index's home slot comes from the low bits.
+const FOLDED_BIT: u64 = 1 << 63;
+
 /// A key folded to the 64 bits a slot keeps.
 fn fold(key: BlockKey) -> u64 {
-    key as u64 ^ (key >> 64) as u64
+    (key as u64 ^ (key >> 64) as u64) | FOLDED_BIT
 }
 
 /// Open addressing over block keys: linear probing from the key's low bits, at most half full
@@ -551,11 +577,7 @@ impl CacheIndex {
 
     /// The slot of `key` (whose first block, in `blocks`, carries the full key).
     fn find(&self, key: BlockKey, blocks: &[Block]) -> Option<usize> {
-        self.find_folded(fold(key), key, blocks)
-    }
-
-    /// [`CacheIndex::find`] with the key's fold already known.
-    fn find_folded(&self, folded: u64, key: BlockKey, blocks: &[Block]) -> Option<usize> {
+        let folded = fold(key);
         let mut at = self.home(folded);
         loop {
             let slot = &self.slots[at];
@@ -563,6 +585,24 @@ impl CacheIndex {
                 return None;
             }
             if slot.folded == folded && blocks[slot.first as usize].cached_key() == Some(key) {
+                return Some(at);
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    /// The slot of the key block `id` is cached under, folded to `folded`: a slot whose first
+    /// block is `id` is it, without reading any block.
+    fn find_block(&self, folded: u64, id: BlockId, blocks: &[Block]) -> Option<usize> {
+        let mut at = self.home(folded);
+        loop {
+            let slot = &self.slots[at];
+            if slot.first == NONE {
+                return None;
+            }
+            if slot.folded == folded
+                && (slot.first == id || blocks[slot.first as usize].key == blocks[id as usize].key)
+            {
                 return Some(at);
             }
             at = (at + 1) & self.mask;
@@ -731,6 +771,37 @@ mod tests {
     }
 
     #[test]
+    fn evicting_a_block_from_the_middle_of_its_keys_list_keeps_the_others_in_order() {
+        let mut pool = BlockPool::new(5, true);
+        pool.set_record_events(false);
+        let mut blocks = Vec::new();
+        pool.get_new_blocks(3, &mut blocks);
+        for &id in &blocks {
+            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], &[], 1, 0, 1);
+        }
+        pool.free_blocks([2, 1, 3].into_iter());
+        assert_eq!(pool.free_queue(), vec![4, 2, 1, 3]);
+        let mut reused = Vec::new();
+        pool.get_new_blocks(2, &mut reused);
+        assert_eq!((reused.as_slice(), pool.get_cached_block(5)), (&[4, 2][..], Some(1)));
+        pool.get_new_blocks(1, &mut reused);
+        assert_eq!(
+            (reused[2], pool.get_cached_block(5)),
+            (1, Some(3)),
+            "the last is found once the first goes"
+        );
+        pool.touch(&[3]);
+        assert_eq!(
+            (pool.free_queue(), pool.num_free()),
+            (vec![], 0),
+            "a hit takes the block out of the queue"
+        );
+        pool.free_blocks(std::iter::once(3));
+        pool.get_new_blocks(1, &mut reused);
+        assert_eq!((reused[3], pool.get_cached_block(5)), (3, None));
+    }
+
+    #[test]
     fn the_index_agrees_with_an_ordered_map_under_inserts_and_removals() {
         use std::collections::BTreeMap;
         let mut index = CacheIndex::new(64);
@@ -774,6 +845,14 @@ mod tests {
                     model.get(&k).copied(),
                     "step {step}"
                 );
+                if model.get(&k) == Some(&(i as u32)) {
+                    // Found by its block as by its key, past keys of the same fold.
+                    assert_eq!(
+                        index.find_block(fold(k), i as u32, &blocks),
+                        index.find(k, &blocks),
+                        "step {step}"
+                    );
+                }
             }
         }
     }
