@@ -749,15 +749,22 @@ mod tests {
         assert_eq!(all[1], KvEvent::BlockRemoved { hash: event_value(&hashes[1]) });
     }
 
-    #[test]
-    fn blocks_of_equal_content_are_found_in_the_order_cached_until_each_is_evicted() {
-        let mut pool = BlockPool::new(4, true);
+    /// A pool of `num_blocks` without KV events whose blocks 1, 2 and 3 are held and cached,
+    /// in that order, under key 5.
+    fn three_blocks_cached_under_one_key(num_blocks: u32) -> (BlockPool, Vec<BlockId>) {
+        let mut pool = BlockPool::new(num_blocks, true);
         pool.set_record_events(false);
         let mut blocks = Vec::new();
         pool.get_new_blocks(3, &mut blocks);
         for &id in &blocks {
             pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], &[], 1, 0, 1);
         }
+        (pool, blocks)
+    }
+
+    #[test]
+    fn blocks_of_equal_content_are_found_in_the_order_cached_until_each_is_evicted() {
+        let (mut pool, blocks) = three_blocks_cached_under_one_key(4);
         pool.free_blocks(blocks.iter().copied());
         assert_eq!(pool.get_cached_block(5), Some(1));
         let mut reused = Vec::new();
@@ -772,13 +779,8 @@ mod tests {
 
     #[test]
     fn evicting_a_block_from_the_middle_of_its_keys_list_keeps_the_others_in_order() {
-        let mut pool = BlockPool::new(5, true);
-        pool.set_record_events(false);
-        let mut blocks = Vec::new();
-        pool.get_new_blocks(3, &mut blocks);
-        for &id in &blocks {
-            pool.cache_full_blocks(u64::from(id), &[id], &[5], &[], &[], 1, 0, 1);
-        }
+        let (mut pool, blocks) = three_blocks_cached_under_one_key(5);
+        assert_eq!(blocks, vec![1, 2, 3]);
         pool.free_blocks([2, 1, 3].into_iter());
         assert_eq!(pool.free_queue(), vec![4, 2, 1, 3]);
         let mut reused = Vec::new();
