@@ -3,16 +3,16 @@
 //! - [`Agenda`]: each actor's next internal event, an indexed binary min-heap with one entry per
 //!   actor at most, so rescheduling is `O(log actors)` and leaves nothing stale behind.
 //! - [`MessageQueue`]: messages not yet delivered. Messages with a positive delay are always due
-//!   in round 0 of their time; they wait in a slab, indexed by a monotone radix heap on their
-//!   delivery time. Zero-delay messages are all due in the very next round, so they skip the heap
+//!   in round 0 of their time; they wait in a slab, indexed by their delivery time in a timing
+//!   wheel (short delays) backed by a monotone radix heap (long ones). Zero-delay messages are all due in the very next round, so they skip the heap
 //!   and wait in a plain vector, sorted once when that round starts. Either way, draining
 //!   everything due at one instant yields the bags receiver by receiver, each sorted by
 //!   [`crate::OrderKey`].
 
 use crate::actor::ActorId;
 use crate::message::{Envelope, MessageClass, SenderOrder};
-use crate::radix::RadixQueue;
 use crate::time::{Instant, SimTime};
+use crate::wheel::DelayQueue;
 
 const ABSENT: u32 = u32::MAX;
 
@@ -180,7 +180,7 @@ pub(crate) struct Pending<M> {
 
 /// Messages not yet delivered.
 pub(crate) struct MessageQueue<M> {
-    later: RadixQueue<u32>,
+    later: DelayQueue<u32>,
     slab: Vec<Option<Pending<M>>>,
     free: Vec<u32>,
     next_round: Vec<Pending<M>>,
@@ -192,7 +192,7 @@ pub(crate) struct MessageQueue<M> {
 impl<M> Default for MessageQueue<M> {
     fn default() -> Self {
         MessageQueue {
-            later: RadixQueue::default(),
+            later: DelayQueue::default(),
             slab: Vec::new(),
             free: Vec::new(),
             next_round: Vec::new(),

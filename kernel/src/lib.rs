@@ -37,6 +37,7 @@ pub mod rng;
 mod time;
 pub mod timeline;
 pub mod toys;
+mod wheel;
 
 pub use actor::{Actor, ActorId, Bag, Context, Event, Outbox, Outgoing, TimeAdvance};
 pub use assembly::{Assembly, DEFAULT_MAX_ROUNDS_PER_INSTANT};

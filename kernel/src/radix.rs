@@ -1,4 +1,5 @@
-//! A monotone radix heap: the priority queue of delayed messages.
+//! A monotone radix heap: the priority queue of messages delayed past the timing wheel's span
+//! ([`crate::wheel`]).
 //!
 //! Discrete-event time never runs backwards, so every key pushed is at least the key last
 //! drained. A radix heap exploits that: an entry lives in the bucket named by the highest bit in
