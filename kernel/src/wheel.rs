@@ -108,7 +108,12 @@ impl<V: Copy> DelayQueue<V> {
         if self.occupied[slot / 64] & (1 << (slot % 64)) != 0 {
             self.occupied[slot / 64] &= !(1 << (slot % 64));
             self.near -= self.slots[slot].len();
-            out.append(&mut self.slots[slot]);
+            if out.is_empty() {
+                // Hand the slot's vector over whole; the empty one takes its place.
+                std::mem::swap(out, &mut self.slots[slot]);
+            } else {
+                out.append(&mut self.slots[slot]);
+            }
         }
         if self.far.min_key() == Some(key) {
             self.far.drain_min(key, out);
