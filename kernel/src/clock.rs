@@ -6,17 +6,29 @@
 
 use std::cell::Cell;
 
-use crate::time::Instant;
+use crate::time::{Instant, SimTime};
 
 thread_local! {
-    static NOW: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The round's time in µs and its round number plus one (zero: no simulation running), as
+    /// two plain words: a round publishes them with two stores and no reload.
+    static NOW: (Cell<u64>, Cell<u32>) = const { (Cell::new(0), Cell::new(0)) };
 }
 
 /// The instant of the round running on this thread, if a simulation is running here.
 pub fn simulated_now() -> Option<Instant> {
-    NOW.with(Cell::get)
+    NOW.with(|(time, round)| {
+        let round = round.get().checked_sub(1)?;
+        Some(Instant { time: SimTime::from_micros(time.get()), round })
+    })
 }
 
+#[inline]
 pub(crate) fn publish(now: Option<Instant>) {
-    NOW.with(|cell| cell.set(now));
+    NOW.with(|(time, round)| match now {
+        Some(now) => {
+            time.set(now.time.as_micros());
+            round.set(now.round.saturating_add(1));
+        }
+        None => round.set(0),
+    });
 }
