@@ -425,7 +425,7 @@ impl BlockPool {
         self.free -= 1;
     }
 
-    /// Drop the stale entries of a full ring, keeping the free blocks' order.
+    /// Drop the cleared entries of a full ring, keeping the free blocks' order.
     fn compact_free_queue(&mut self) {
         let live = self.free_queue();
         self.free_queue.clear();
@@ -439,9 +439,9 @@ impl BlockPool {
 /// A block's position in no queue.
 const NOT_QUEUED: u64 = u64::MAX;
 
-/// The free queue's ring: every id pushed and not yet popped, stale ones (taken from the
-/// middle) included, at positions `head..tail` (which only grow; a position's slot is
-/// `position & mask`), each with its folded key if it was cached when queued (a queued block's
+/// The free queue's ring: every id pushed and not yet popped at positions `head..tail` (which
+/// only grow; a position's slot is `position & mask`), those taken from the middle cleared to
+/// [`NONE`], each with its folded key if it was cached when queued, else zero (a queued block's
 /// key cannot change). Twice the pool's size, so it is compacted at most once per pool's worth
 /// of frees.
 #[derive(Clone, Debug)]
@@ -682,7 +682,7 @@ mod tests {
     fn the_free_queue_keeps_vllm_order_through_middle_removals_and_ring_compactions() {
         // A model of vLLM's doubly linked queue: a list popped at the front, appended at the back
         // and removed from anywhere. Enough rounds that the ring (twice the pool) is compacted
-        // many times over, with stale entries from removals in the middle.
+        // many times over, with entries cleared by removals in the middle.
         let mut pool = BlockPool::new(9, false);
         let mut model: Vec<BlockId> = (1..9).collect();
         let mut held: Vec<BlockId> = Vec::new();
@@ -855,6 +855,122 @@ mod tests {
                         "step {step}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_pool_matches_a_model_of_vllms_queue_and_cache_under_random_operations() {
+        // vLLM's structures as plain ones: the free queue a list, the cache a map from key to
+        // its blocks in the order cached. Keys that fold alike (their halves swapped) and keys
+        // that differ only in the bit every folded key has set must still be told apart.
+        use std::collections::BTreeMap;
+        let keys: Vec<BlockKey> = [
+            (1u64, 0u64),
+            (0, 1),
+            (3, 2),
+            (2, 3),
+            (5, 4),
+            (4, 5),
+            (8, 0),
+            (0, 8),
+            (0, 0),
+            (1 << 63, 0),
+            (7, 1 << 63),
+        ]
+        .iter()
+        .map(|&(lo, hi)| joined([lo, hi]))
+        .collect();
+        for seed in 0..300u64 {
+            let n = 3 + (seed % 9) as u32;
+            let mut pool = BlockPool::new(n, true);
+            let mut queue: Vec<BlockId> = (1..n).collect();
+            let mut refs = vec![0u32; n as usize];
+            let mut cached: Vec<Option<(BlockKey, u64)>> = vec![None; n as usize];
+            let mut map: BTreeMap<BlockKey, Vec<BlockId>> = BTreeMap::new();
+            let mut held: Vec<BlockId> = Vec::new();
+            let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut counter = 0u64;
+            for round in 0..3_000 {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let pick = (state >> 33) as usize;
+                let mut removed = Vec::new();
+                match pick % 4 {
+                    0 if !queue.is_empty() => {
+                        let count = 1 + (pick / 4) % queue.len().min(3);
+                        let mut taken = Vec::new();
+                        pool.get_new_blocks(count as u32, &mut taken);
+                        let want: Vec<BlockId> = queue.drain(..count).collect();
+                        assert_eq!(taken, want, "seed {seed} round {round}");
+                        for &id in &want {
+                            if let Some((k, h)) = cached[id as usize].take() {
+                                let list = map.get_mut(&k).unwrap();
+                                list.retain(|&b| b != id);
+                                if list.is_empty() {
+                                    map.remove(&k);
+                                }
+                                removed.push(h);
+                            }
+                            refs[id as usize] = 1;
+                            held.push(id);
+                        }
+                    }
+                    1 => {
+                        let candidates: Vec<BlockId> =
+                            held.iter().copied().filter(|&b| cached[b as usize].is_none()).collect();
+                        if !candidates.is_empty() {
+                            let id = candidates[(pick / 4) % candidates.len()];
+                            let k = keys[(pick / 64) % keys.len()];
+                            counter += 1;
+                            let mut hash = [0u8; 32];
+                            hash[24..].copy_from_slice(&counter.to_be_bytes());
+                            pool.cache_full_blocks(1, &[id], &[k], &[hash], &[0], 1, 0, 1);
+                            cached[id as usize] = Some((k, counter));
+                            map.entry(k).or_default().push(id);
+                        }
+                    }
+                    2 => {
+                        let k = keys[(pick / 4) % keys.len()];
+                        let want = map.get(&k).map(|l| l[0]);
+                        assert_eq!(pool.get_cached_block(k), want, "seed {seed} round {round}");
+                        if let Some(id) = want {
+                            pool.touch(&[id]);
+                            if refs[id as usize] == 0 {
+                                queue.retain(|&b| b != id);
+                            }
+                            refs[id as usize] += 1;
+                            held.push(id);
+                        }
+                    }
+                    _ if !held.is_empty() => {
+                        let id = held.swap_remove((pick / 4) % held.len());
+                        pool.free_blocks(std::iter::once(id));
+                        refs[id as usize] -= 1;
+                        if refs[id as usize] == 0 {
+                            queue.push(id);
+                        }
+                    }
+                    _ => {}
+                }
+                assert_eq!(pool.free_queue(), queue, "seed {seed} round {round}");
+                assert_eq!(pool.num_free() as usize, queue.len());
+                for &k in &keys {
+                    assert_eq!(
+                        pool.get_cached_block(k),
+                        map.get(&k).map(|l| l[0]),
+                        "seed {seed} round {round}"
+                    );
+                }
+                let mut events = KvEvents::default();
+                pool.take_events(&mut events);
+                let got: Vec<u64> = events
+                    .iter()
+                    .filter_map(|e| match *e {
+                        KvEvent::BlockRemoved { hash } => Some(hash),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(got, removed, "seed {seed} round {round}");
             }
         }
     }
