@@ -125,49 +125,33 @@ impl<V: Copy> DelayQueue<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::radix::check::{MonotoneQueue, drains_in_key_order};
+
+    impl MonotoneQueue for DelayQueue<u32> {
+        fn push(&mut self, key: u64, value: u32) {
+            DelayQueue::push(self, key, value);
+        }
+        fn min_key(&mut self) -> Option<u64> {
+            DelayQueue::min_key(self)
+        }
+        fn drain_min(&mut self, key: u64, out: &mut Vec<u32>) {
+            DelayQueue::drain_min(self, key, out);
+        }
+        fn len(&self) -> usize {
+            DelayQueue::len(self)
+        }
+    }
 
     #[test]
     fn drains_in_key_order_across_the_wheel_and_the_heap_under_interleaved_pushes() {
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
+        // Delays within the wheel, at its edge and far beyond it; some due now.
+        let delay = |r: u64| match r % 7 {
+            0 => 0,
+            1 => SPAN - 1 + r % 3,
+            2 => 3 * SPAN + r % 5_000,
+            _ => r % SPAN,
         };
-        let mut queue = DelayQueue::default();
-        let mut reference: Vec<(u64, u32)> = Vec::new();
-        let mut now = 0u64;
-        let mut out = Vec::new();
-        for step in 0..40_000u32 {
-            // Delays within the wheel, just past it, and far beyond it; some due now.
-            let r = next();
-            if r % 3 != 0 {
-                let delay = match r % 7 {
-                    0 => 0,
-                    1 => SPAN - 1 + r % 3,
-                    2 => 3 * SPAN + r % 5_000,
-                    _ => r % SPAN,
-                };
-                queue.push(now + delay, step);
-                reference.push((now + delay, step));
-            } else if let Some(min) = queue.min_key() {
-                let expected_min = reference.iter().map(|&(k, _)| k).min().unwrap();
-                assert_eq!(min, expected_min, "step {step}");
-                now = min;
-                out.clear();
-                queue.drain_min(min, &mut out);
-                out.sort_unstable();
-                let mut expected: Vec<u32> =
-                    reference.iter().filter(|&&(k, _)| k == min).map(|&(_, v)| v).collect();
-                expected.sort_unstable();
-                assert_eq!(out, expected, "step {step}");
-                reference.retain(|&(k, _)| k != min);
-            } else {
-                assert!(reference.is_empty());
-            }
-            assert_eq!(queue.len(), reference.len());
-        }
+        drains_in_key_order(&mut DelayQueue::default(), 40_000, delay);
     }
 
     #[test]
