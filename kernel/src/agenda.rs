@@ -3,16 +3,18 @@
 //! - [`Agenda`]: each actor's next internal event, an indexed binary min-heap with one entry per
 //!   actor at most, so rescheduling is `O(log actors)` and leaves nothing stale behind.
 //! - [`MessageQueue`]: messages not yet delivered. Messages with a positive delay are always due
-//!   in round 0 of their time; they wait in a slab, indexed by their delivery time in a timing
-//!   wheel (short delays) backed by a monotone radix heap (long ones). Zero-delay messages are all due in the very next round, so they skip the heap
+//!   in round 0 of their time; those due within a timing wheel's span of the current time wait
+//!   in its slot for their time, later ones in a slab indexed by a monotone radix heap on their
+//!   delivery time. Zero-delay messages are all due in the very next round, so they skip the heap
 //!   and wait in a plain vector, sorted once when that round starts. Either way, draining
 //!   everything due at one instant yields the bags receiver by receiver, each sorted by
 //!   [`crate::OrderKey`].
 
 use crate::actor::ActorId;
 use crate::message::{Envelope, MessageClass, SenderOrder};
+use crate::radix::RadixQueue;
 use crate::time::{Instant, SimTime};
-use crate::wheel::DelayQueue;
+use crate::wheel::TimingWheel;
 
 const ABSENT: u32 = u32::MAX;
 
@@ -180,25 +182,32 @@ pub(crate) struct Pending<M> {
 
 /// Messages not yet delivered.
 pub(crate) struct MessageQueue<M> {
-    later: DelayQueue<u32>,
+    /// Delayed messages due within the wheel's span of the current time.
+    soon: TimingWheel<Pending<M>>,
+    /// Later delayed messages: slab indices by delivery time.
+    later: RadixQueue<u32>,
     slab: Vec<Option<Pending<M>>>,
     free: Vec<u32>,
     next_round: Vec<Pending<M>>,
     next_round_at: Instant,
+    /// The earliest delayed delivery time, once known (forgotten when a time is drained).
+    earliest: Option<u64>,
+    due: Vec<Pending<M>>,
     due_slots: Vec<u32>,
-    due: Vec<(BagKey, u32)>,
 }
 
 impl<M> Default for MessageQueue<M> {
     fn default() -> Self {
         MessageQueue {
-            later: DelayQueue::default(),
+            soon: TimingWheel::default(),
+            later: RadixQueue::default(),
             slab: Vec::new(),
             free: Vec::new(),
             next_round: Vec::new(),
             next_round_at: Instant::default(),
-            due_slots: Vec::new(),
+            earliest: None,
             due: Vec::new(),
+            due_slots: Vec::new(),
         }
     }
 }
@@ -209,12 +218,23 @@ impl<M> MessageQueue<M> {
         if !self.next_round.is_empty() {
             return Some(self.next_round_at);
         }
-        self.later.min_key().map(|t| Instant::at(SimTime::from_micros(t)))
+        self.earliest_delayed().map(|t| Instant::at(SimTime::from_micros(t)))
+    }
+
+    /// The earliest delivery time of a delayed message.
+    fn earliest_delayed(&mut self) -> Option<u64> {
+        if self.earliest.is_none() {
+            self.earliest = match (self.soon.first_key(), self.later.min_key()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        self.earliest
     }
 
     /// How many messages are waiting.
     pub(crate) fn len(&self) -> usize {
-        self.later.len() + self.next_round.len()
+        self.soon.len() + self.later.len() + self.next_round.len()
     }
 
     /// Queue a message due at `at`: either round 0 of a later time, or the round right after
@@ -227,6 +247,11 @@ impl<M> MessageQueue<M> {
             self.next_round.push(pending);
             return;
         }
+        let time = at.time.as_micros();
+        if self.earliest.is_some_and(|t| time < t) {
+            self.earliest = Some(time);
+        }
+        let Err(pending) = self.soon.push(time, pending) else { return };
         let index = match self.free.pop() {
             Some(i) => {
                 self.slab[i as usize] = Some(pending);
@@ -237,7 +262,7 @@ impl<M> MessageQueue<M> {
                 (self.slab.len() - 1) as u32
             }
         };
-        self.later.push(at.time.as_micros(), index);
+        self.later.push(time, index);
     }
 
     /// Hand every message due exactly at `at` to `deliver`, receiver by receiver, each
@@ -251,35 +276,30 @@ impl<M> MessageQueue<M> {
             return;
         }
         let time = at.time.as_micros();
-        if self.later.min_key() != Some(time) {
+        if self.earliest_delayed() != Some(time) {
+            // Nothing is due before `time`, so the wheel may move on.
+            self.soon.advance(time);
             return;
         }
-        self.later.drain_min(time, &mut self.due_slots);
-        if let &[index] = self.due_slots.as_slice() {
-            // The common case: one message due at this time, no bag to sort.
+        self.earliest = None;
+        if self.soon.first_key() == Some(time) {
+            self.soon.take(time, &mut self.due);
+        } else {
+            self.soon.advance(time);
+        }
+        if self.later.min_key() == Some(time) {
+            self.later.drain_min(time, &mut self.due_slots);
+            for &index in &self.due_slots {
+                let pending = self.slab[index as usize].take().expect("a queued slot holds its message");
+                self.free.push(index);
+                self.due.push(pending);
+            }
             self.due_slots.clear();
-            if let Some(pending) = self.slab[index as usize].take() {
-                self.free.push(index);
-                deliver(pending.envelope);
-            }
-            return;
         }
-        for &index in &self.due_slots {
-            if let Some(pending) = &self.slab[index as usize] {
-                self.due.push((pending.bag_key, index));
-            }
-        }
-        self.due_slots.clear();
         if self.due.len() > 1 {
-            self.due.sort_unstable();
+            self.due.sort_unstable_by_key(|p| p.bag_key);
         }
-        for &(_, index) in &self.due {
-            if let Some(pending) = self.slab[index as usize].take() {
-                self.free.push(index);
-                deliver(pending.envelope);
-            }
-        }
-        self.due.clear();
+        self.due.drain(..).for_each(|p| deliver(p.envelope));
     }
 }
 
@@ -392,6 +412,80 @@ mod tests {
         assert_eq!(order, vec![2, 3, 1]);
         assert_eq!(q.len(), 1);
         assert_eq!(q.peek(), Some(at(2, 0)));
+    }
+
+    #[test]
+    fn delayed_messages_are_delivered_at_their_time_in_bag_order_near_and_far() {
+        // Delays inside the timing wheel, at its edge and far past it, so that one time's
+        // messages can sit in both the wheel and the radix heap; checked against a reference.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut q: MessageQueue<u64> = MessageQueue::default();
+        let mut reference: Vec<(u64, BagKey, u64)> = Vec::new();
+        let mut now = 0u64;
+        let mut send_count = 0u64;
+        for step in 0..30_000u64 {
+            let r = next();
+            if r % 3 != 0 {
+                let delay = match r % 11 {
+                    0 => 3 * 512 + r % 4_000,
+                    1 => 511 + r % 3,
+                    2 => 1_024 - now % 512,
+                    _ => 1 + r % 600,
+                };
+                let time = now + delay;
+                send_count += 1;
+                let (receiver, class, sender) = ((r >> 8) % 4, (r >> 16) % 3, (r >> 24) % 5);
+                let bag_key = BagKey::new(
+                    receiver as u32,
+                    MessageClass(class as u16),
+                    SenderOrder(sender as u32),
+                    send_count,
+                );
+                q.push(Pending {
+                    bag_key,
+                    envelope: Envelope {
+                        key: OrderKey {
+                            time: SimTime::from_micros(time),
+                            class: MessageClass(class as u16),
+                            sender: SenderOrder(sender as u32),
+                            send_count,
+                        },
+                        round: 0,
+                        sent_at: at(now, 0),
+                        sender: ActorId(sender as u32),
+                        to: ActorId(receiver as u32),
+                        payload: step,
+                    },
+                });
+                reference.push((time, bag_key, step));
+            } else if let Some(due) = q.peek() {
+                let earliest = reference.iter().map(|&(t, _, _)| t).min();
+                assert_eq!(Some(due.time.as_micros()), earliest, "step {step}");
+                // Sometimes a round at an earlier time with nothing due moves the wheel on.
+                if r % 5 == 0 && due.time.as_micros() > now + 1 {
+                    now += 1;
+                    let mut none = Vec::new();
+                    q.drain_due(at(now, 0), |e| none.push(e.payload));
+                    assert!(none.is_empty(), "step {step}");
+                    continue;
+                }
+                now = due.time.as_micros();
+                let mut delivered = Vec::new();
+                q.drain_due(due, |e| delivered.push(e.payload));
+                let mut expected: Vec<(BagKey, u64)> =
+                    reference.iter().filter(|&&(t, _, _)| t == now).map(|&(_, k, v)| (k, v)).collect();
+                expected.sort_unstable();
+                assert_eq!(delivered, expected.iter().map(|&(_, v)| v).collect::<Vec<_>>(), "step {step}");
+                reference.retain(|&(t, _, _)| t != now);
+            }
+            assert_eq!(q.len(), reference.len(), "step {step}");
+        }
     }
 
     #[test]
