@@ -307,6 +307,7 @@ impl<M> MessageQueue<M> {
 mod tests {
     use super::*;
     use crate::message::OrderKey;
+    use crate::test_support::xorshift;
 
     fn at(t: u64, r: u32) -> Instant {
         Instant { time: SimTime::from_micros(t), round: r }
@@ -339,21 +340,14 @@ mod tests {
 
     #[test]
     fn agenda_matches_a_sorted_reference_under_random_updates() {
-        // A small deterministic generator: this is a data-structure test, not a model draw.
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let n = 17;
         let ranks: Vec<u32> = (0..n).rev().collect();
         let mut agenda = Agenda::new(&ranks);
         let mut reference: Vec<Option<Instant>> = vec![None; n as usize];
         for _ in 0..5_000 {
             let a = (next() % n as u64) as usize;
-            let at = (next() % 4 != 0).then(|| at(next() % 50, (next() % 3) as u32));
+            let at = (!next().is_multiple_of(4)).then(|| at(next() % 50, (next() % 3) as u32));
             agenda.set(ActorId(a as u32), at);
             reference[a] = at;
             let expected = reference
@@ -418,20 +412,14 @@ mod tests {
     fn delayed_messages_are_delivered_at_their_time_in_bag_order_near_and_far() {
         // Delays inside the timing wheel, at its edge and far past it, so that one time's
         // messages can sit in both the wheel and the radix heap; checked against a reference.
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut q: MessageQueue<u64> = MessageQueue::default();
         let mut reference: Vec<(u64, BagKey, u64)> = Vec::new();
         let mut now = 0u64;
         let mut send_count = 0u64;
         for step in 0..30_000u64 {
             let r = next();
-            if r % 3 != 0 {
+            if !r.is_multiple_of(3) {
                 let delay = match r % 11 {
                     0 => 3 * 512 + r % 4_000,
                     1 => 511 + r % 3,
@@ -468,7 +456,7 @@ mod tests {
                 let earliest = reference.iter().map(|&(t, _, _)| t).min();
                 assert_eq!(Some(due.time.as_micros()), earliest, "step {step}");
                 // Sometimes a round at an earlier time with nothing due moves the wheel on.
-                if r % 5 == 0 && due.time.as_micros() > now + 1 {
+                if r.is_multiple_of(5) && due.time.as_micros() > now + 1 {
                     now += 1;
                     let mut none = Vec::new();
                     q.drain_due(at(now, 0), |e| none.push(e.payload));

@@ -34,6 +34,8 @@ mod observer;
 mod radix;
 pub mod record;
 pub mod rng;
+#[cfg(test)]
+mod test_support;
 mod time;
 pub mod timeline;
 pub mod toys;

@@ -82,22 +82,17 @@ impl<V: Copy> RadixQueue<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::xorshift;
 
     #[test]
     fn drains_in_key_order_under_interleaved_pushes() {
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let mut queue = RadixQueue::default();
         let mut reference: Vec<(u64, u32)> = Vec::new();
         let mut now = 0u64;
         let mut out = Vec::new();
         for step in 0..20_000u32 {
-            if next() % 3 != 0 {
+            if !next().is_multiple_of(3) {
                 let key = now + next() % 1_000;
                 queue.push(key, step);
                 reference.push((key, step));
