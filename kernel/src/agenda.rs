@@ -282,11 +282,7 @@ impl<M> MessageQueue<M> {
             return;
         }
         self.earliest = None;
-        if self.soon.first_key() == Some(time) {
-            self.soon.take(time, &mut self.due);
-        } else {
-            self.soon.advance(time);
-        }
+        self.soon.take(time, &mut self.due);
         if self.later.min_key() == Some(time) {
             self.later.drain_min(time, &mut self.due_slots);
             for &index in &self.due_slots {

@@ -81,13 +81,18 @@ impl<V> TimingWheel<V> {
         Some(self.now + ((slot + SPAN as usize - start) % SPAN as usize) as u64)
     }
 
-    /// Move every value held under `key`, the earliest held key, to the end of `out` (in the
-    /// order pushed), and make `key` the current time.
+    /// Make `key`, which must not be after any held key, the current time, and move every
+    /// value held under it to the end of `out` (in the order pushed). Its slot's bit says
+    /// whether there are any: a held key in that slot is `key` plus whole spans, and less than
+    /// a span after `key`.
     pub(crate) fn take(&mut self, key: u64, out: &mut Vec<V>) {
-        debug_assert_eq!(self.first_key(), Some(key));
-        self.now = key;
+        self.advance(key);
         let slot = (key % SPAN) as usize;
-        self.occupied[slot / 64] &= !(1 << (slot % 64));
+        let bit = 1 << (slot % 64);
+        if self.occupied[slot / 64] & bit == 0 {
+            return;
+        }
+        self.occupied[slot / 64] &= !bit;
         self.len -= self.slots[slot].len();
         if out.is_empty() {
             // Hand the slot's vector over whole; the empty one takes its place.
@@ -117,6 +122,8 @@ mod tests {
         assert_eq!((wheel.first_key(), wheel.len()), (Some(SPAN - 1), 4));
         wheel.take(SPAN - 1, &mut out);
         wheel.advance(SPAN + 2);
+        wheel.take(SPAN + 3, &mut out);
+        assert_eq!(out.len(), 2, "nothing is held at a time whose slot is empty");
         assert_eq!(wheel.first_key(), Some(SPAN + 5));
         wheel.take(SPAN + 5, &mut out);
         assert_eq!(wheel.first_key(), Some(2 * SPAN - 4));

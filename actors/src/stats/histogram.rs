@@ -77,8 +77,9 @@ impl LatencyHistogram {
     /// Record one sample of each of `values` µs: the same histogram as recording them one by
     /// one, with the count, sum and range updated once (a call's token gaps come in a run).
     pub fn record_all(&mut self, values: &[u64]) {
-        let Some(&highest) = values.iter().max() else { return };
-        let lowest = values.iter().copied().min().unwrap_or(highest);
+        let Some(&first) = values.first() else { return };
+        let (lowest, highest) =
+            values.iter().fold((first, first), |(low, high), &v| (low.min(v), high.max(v)));
         let top = bucket_index(highest);
         if top >= self.counts.len() {
             self.counts.resize(top + 1, 0);

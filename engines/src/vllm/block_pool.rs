@@ -575,54 +575,45 @@ impl CacheIndex {
         folded as usize & self.mask
     }
 
-    /// The slot of `key` (whose first block, in `blocks`, carries the full key).
-    fn find(&self, key: BlockKey, blocks: &[Block]) -> Option<usize> {
-        let folded = fold(key);
+    /// Probe from the home of `folded`: the first slot of that fold that `is_it` accepts, or
+    /// else the empty slot that ends the run.
+    fn probe(&self, folded: u64, is_it: impl Fn(&Slot) -> bool) -> Result<usize, usize> {
         let mut at = self.home(folded);
         loop {
             let slot = &self.slots[at];
             if slot.first == NONE {
-                return None;
+                return Err(at);
             }
-            if slot.folded == folded && blocks[slot.first as usize].cached_key() == Some(key) {
-                return Some(at);
+            if slot.folded == folded && is_it(slot) {
+                return Ok(at);
             }
             at = (at + 1) & self.mask;
         }
+    }
+
+    /// The slot of `key` (whose first block, in `blocks`, carries the full key).
+    fn find(&self, key: BlockKey, blocks: &[Block]) -> Option<usize> {
+        self.probe(fold(key), |slot| blocks[slot.first as usize].cached_key() == Some(key)).ok()
     }
 
     /// The slot of the key block `id` is cached under, folded to `folded`: a slot whose first
     /// block is `id` is it, without reading any block.
     fn find_block(&self, folded: u64, id: BlockId, blocks: &[Block]) -> Option<usize> {
-        let mut at = self.home(folded);
-        loop {
-            let slot = &self.slots[at];
-            if slot.first == NONE {
-                return None;
-            }
-            if slot.folded == folded
-                && (slot.first == id || blocks[slot.first as usize].key == blocks[id as usize].key)
-            {
-                return Some(at);
-            }
-            at = (at + 1) & self.mask;
-        }
+        self.probe(folded, |slot| {
+            slot.first == id || blocks[slot.first as usize].key == blocks[id as usize].key
+        })
+        .ok()
     }
 
     /// The slot of `key`, or a new empty one for it (its caller links a first block at once).
     fn find_or_insert(&mut self, key: BlockKey, blocks: &[Block]) -> usize {
         let folded = fold(key);
-        let mut at = self.home(folded);
-        loop {
-            let slot = &mut self.slots[at];
-            if slot.first == NONE {
-                slot.folded = folded;
-                return at;
+        match self.probe(folded, |slot| blocks[slot.first as usize].cached_key() == Some(key)) {
+            Ok(at) => at,
+            Err(at) => {
+                self.slots[at].folded = folded;
+                at
             }
-            if slot.folded == folded && blocks[slot.first as usize].cached_key() == Some(key) {
-                return at;
-            }
-            at = (at + 1) & self.mask;
         }
     }
 
