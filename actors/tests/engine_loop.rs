@@ -27,11 +27,13 @@ fn lone_requests() -> String {
     )
 }
 
-/// The embedded registry's CPU time per step on H100 (`host.step_us`), µs, rounded up as the
-/// engine host rounds it.
+/// The embedded registry's CPU time on H100 of a step that runs one request and samples one
+/// token (`host.step_us` + `request_us` + `sampled_token_us`), µs, rounded up as the engine
+/// host rounds it.
 fn host_step_us() -> u64 {
     let registry = CostData::embedded().registry;
-    registry.resolve("H100-SXM").get(Family::Host).param("step_us").ceil() as u64
+    let host = registry.resolve("H100-SXM").get(Family::Host).clone();
+    (host.param("step_us") + host.param("request_us") + host.param("sampled_token_us")).ceil() as u64
 }
 
 fn run_mode(asynchronous: bool) -> RunOutput {

@@ -271,7 +271,7 @@ fn eviction_revokes_sheddable_calls_in_flight_with_upstreams_reason() {
     let utilization = check(&scenario("on-evict"));
     assert_eq!(utilization, BTreeMap::from([("background", 4), ("batch", 4)]), "utilization detector");
     let concurrency = check(&evict_with_concurrency_detector());
-    assert_eq!(concurrency, BTreeMap::from([("background", 21), ("batch", 0)]), "concurrency detector");
+    assert_eq!(concurrency, BTreeMap::from([("background", 20), ("batch", 0)]), "concurrency detector");
 }
 
 /// `burst-fc-on-evict` with the concurrency detector (10 ms confirmation grace).

@@ -368,7 +368,7 @@ fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
         (&["validate-real", &dir, "--replications", "0"], "--replications = 0: must be at least 1"),
         (&["validate-real", &dir, "--stage-cap-s", "0"], "--stage-cap-s = 0"),
         (&["validate-real", &dir, "--stage-cap-s", "NaN"], "--stage-cap-s = NaN"),
-        (&["calibrate", &dir, "--out", out, "--evaluations", "5"], "--evaluations = 5: must be at least 24"),
+        (&["calibrate", &dir, "--out", out, "--evaluations", "5"], "--evaluations = 5: must be at least 27"),
     ];
     for (args, expected) in cases {
         let output = blis_actor(args);
