@@ -11,11 +11,30 @@ use blis_actors::experiment::validation::{Experiment, cost_data_for};
 use blis_contracts::FieldError;
 use blis_costmodel::{CoefficientSample, CostData};
 
-/// Fit, leave each experiment out in turn, write the registry to `out`; the report.
+/// What each held-out fit of a calibration leaves out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HoldOut {
+    /// Every run of one model: how the bundle transfers to a model it never saw.
+    Model,
+    /// One experiment: how it transfers to another workload of models it saw.
+    Experiment,
+}
+
+/// The held-out fits a calibration makes besides the joint one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Folds {
+    /// What each leaves out; by model when the runs serve more than one, else by experiment.
+    pub hold_out: Option<HoldOut>,
+    /// Each one's evaluation budget; a third of the joint fit's when absent.
+    pub evaluations: Option<usize>,
+}
+
+/// Fit, leave each model (or experiment) out in turn, write the registry to `out`; the report.
 pub fn calibrate(
     dirs: &[PathBuf],
     out: &Path,
     options: &CalibrationOptions,
+    folds: &Folds,
     data: &CostData,
 ) -> Result<String, String> {
     let experiments: Vec<Experiment> = dirs
@@ -34,6 +53,27 @@ pub fn calibrate(
             format!("must be at least {least} (each leave-one-out fit gets a third, and a simplex over {} terms takes {})", terms.len(), terms.len() + 1),
         )
         .to_string());
+    }
+    if let Some(fold_evaluations) = folds.evaluations
+        && fold_evaluations < least / 3
+    {
+        return Err(FieldError::new(
+            "--fold-evaluations",
+            fold_evaluations,
+            format!("must be at least {} (a simplex over {} terms)", least / 3, terms.len()),
+        )
+        .to_string());
+    }
+    if folds.hold_out == Some(HoldOut::Model) {
+        let first = &experiments[0].model;
+        if experiments.iter().all(|e| &e.model == first) {
+            return Err(FieldError::new(
+                "--hold-out",
+                "model",
+                format!("needs runs of at least two models; every run given serves {first}"),
+            )
+            .to_string());
+        }
     }
     let mut report = String::new();
     // Progress on stderr: a line every tenth evaluation of each fit.
@@ -77,10 +117,13 @@ pub fn calibrate(
     // Each model left out in turn (each experiment, when all serve one model), starting from the
     // full fit: the spread of these fits is the bundle's uncertainty, and each is the fit a
     // `validate-real --leave-one-out` of the held-out runs uses.
-    let leave_out = CalibrationOptions { evaluations: options.evaluations / 3, ..options.clone() };
+    let leave_out = CalibrationOptions {
+        evaluations: folds.evaluations.unwrap_or(options.evaluations / 3),
+        ..options.clone()
+    };
     let mut samples = Vec::new();
     let mut jackknife: Vec<Fit> = Vec::new();
-    let folds = held_out_folds(&experiments);
+    let folds = held_out_folds(&experiments, folds.hold_out);
     for (i, (label, held)) in folds.iter().enumerate() {
         let rest: Vec<Experiment> = experiments.iter().filter(|e| !held(e)).cloned().collect();
         let rest_terms = terms_for(&rest, data);
@@ -151,13 +194,18 @@ pub fn calibrate(
 type Fold = (String, Box<dyn Fn(&Experiment) -> bool>);
 
 /// The held-out folds of a calibration on `experiments`: one per model, labelled
-/// `fitted without model M`, when they serve more than one model; otherwise one per experiment,
-/// `fitted without E`.
-fn held_out_folds(experiments: &[Experiment]) -> Vec<Fold> {
+/// `fitted without model M`, when `hold_out` says so or, unsaid, when they serve more than one
+/// model; otherwise one per experiment, `fitted without E`.
+fn held_out_folds(experiments: &[Experiment], hold_out: Option<HoldOut>) -> Vec<Fold> {
     let mut models: Vec<String> = experiments.iter().map(|e| e.model.clone()).collect();
     models.sort();
     models.dedup();
-    if models.len() > 1 {
+    let by_model = match hold_out {
+        Some(HoldOut::Model) => true,
+        Some(HoldOut::Experiment) => false,
+        None => models.len() > 1,
+    };
+    if by_model {
         models
             .into_iter()
             .map(|model| {
@@ -214,4 +262,50 @@ fn convergence(fit: &Fit) -> String {
             |r| format!("{r:.2e}")
         )
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn experiments(names: &[&str]) -> Vec<Experiment> {
+        let data = CostData::embedded();
+        let root = format!("{}/../fixtures/reference-data/real-vllm-h100", env!("CARGO_MANIFEST_DIR"));
+        names
+            .iter()
+            .map(|n| Experiment::load(Path::new(&format!("{root}/{n}")), &data, None).unwrap())
+            .collect()
+    }
+
+    fn labels(experiments: &[Experiment], hold_out: Option<HoldOut>) -> Vec<(String, usize)> {
+        held_out_folds(experiments, hold_out)
+            .iter()
+            .map(|(label, held)| (label.clone(), experiments.iter().filter(|e| held(e)).count()))
+            .collect()
+    }
+
+    #[test]
+    fn folds_leave_out_a_model_by_default_and_one_experiment_when_asked() {
+        let runs = experiments(&[
+            "20260217-155451-llama-2-7b-tp1-codegen",
+            "20260217-162547-llama-2-7b-tp1-roleplay",
+            "20260218-150304-codellama-34b-tp2-general",
+        ]);
+        let by_model = vec![
+            ("fitted without model codellama/CodeLlama-34b-Instruct-hf".to_owned(), 1),
+            ("fitted without model meta-llama/Llama-2-7b-hf".to_owned(), 2),
+        ];
+        assert_eq!(labels(&runs, None), by_model);
+        assert_eq!(labels(&runs, Some(HoldOut::Model)), by_model);
+        assert_eq!(
+            labels(&runs, Some(HoldOut::Experiment)),
+            vec![
+                ("fitted without 20260217-155451-llama-2-7b-tp1-codegen".to_owned(), 1),
+                ("fitted without 20260217-162547-llama-2-7b-tp1-roleplay".to_owned(), 1),
+                ("fitted without 20260218-150304-codellama-34b-tp2-general".to_owned(), 1),
+            ]
+        );
+        // Runs of one model are held out one experiment at a time unless told otherwise.
+        assert_eq!(labels(&runs[..2], None).len(), 2);
+    }
 }

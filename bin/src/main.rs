@@ -265,6 +265,13 @@ enum Command {
         /// Skip measuring which terms the runs identify (the objective's curvature at the fit).
         #[arg(long)]
         no_identification: bool,
+        /// What each held-out fit leaves out: every run of one model (the default when the runs
+        /// serve more than one model), or one experiment.
+        #[arg(long, value_enum)]
+        hold_out: Option<calibrate::HoldOut>,
+        /// Objective evaluations of each held-out fit (a third of `--evaluations` by default).
+        #[arg(long)]
+        fold_evaluations: Option<usize>,
         #[command(flatten)]
         data: DataArgs,
     },
@@ -576,25 +583,33 @@ fn main() -> ExitCode {
                 Err(message) => fail(2, message),
             }
         }
-        Command::Calibrate { dirs, out, stage_cap_s, evaluations, no_identification, data } => {
-            match data.load() {
-                Ok(data) => {
-                    let options = blis_actors::experiment::calibration::CalibrationOptions {
-                        stage_cap_s,
-                        evaluations,
-                        identification: !no_identification,
-                    };
-                    match calibrate::calibrate(&dirs, &out, &options, &data) {
-                        Ok(report) => {
-                            print!("{report}");
-                            ExitCode::SUCCESS
-                        }
-                        Err(message) => fail(2, message),
+        Command::Calibrate {
+            dirs,
+            out,
+            stage_cap_s,
+            evaluations,
+            no_identification,
+            hold_out,
+            fold_evaluations,
+            data,
+        } => match data.load() {
+            Ok(data) => {
+                let options = blis_actors::experiment::calibration::CalibrationOptions {
+                    stage_cap_s,
+                    evaluations,
+                    identification: !no_identification,
+                };
+                let folds = calibrate::Folds { hold_out, evaluations: fold_evaluations };
+                match calibrate::calibrate(&dirs, &out, &options, &folds, &data) {
+                    Ok(report) => {
+                        print!("{report}");
+                        ExitCode::SUCCESS
                     }
+                    Err(message) => fail(2, message),
                 }
-                Err(message) => fail(2, message),
             }
-        }
+            Err(message) => fail(2, message),
+        },
         Command::Sweep { spec, out, shard, shards, best, threads, data, quiet } => {
             let data = match data.load() {
                 Ok(data) => data,

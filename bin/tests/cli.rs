@@ -364,11 +364,19 @@ fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
     );
     let out = std::env::temp_dir().join(format!("blis-never-{}.yaml", std::process::id()));
     let out = out.to_str().unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["validate-real", &dir, "--replications", "0"], "--replications = 0: must be at least 1"),
         (&["validate-real", &dir, "--stage-cap-s", "0"], "--stage-cap-s = 0"),
         (&["validate-real", &dir, "--stage-cap-s", "NaN"], "--stage-cap-s = NaN"),
         (&["calibrate", &dir, "--out", out, "--evaluations", "5"], "--evaluations = 5: must be at least 27"),
+        (
+            &["calibrate", &dir, "--out", out, "--fold-evaluations", "5"],
+            "--fold-evaluations = 5: must be at least 9",
+        ),
+        (
+            &["calibrate", &dir, "--out", out, "--hold-out", "model"],
+            "--hold-out = model: needs runs of at least two models",
+        ),
     ];
     for (args, expected) in cases {
         let output = blis_actor(args);
