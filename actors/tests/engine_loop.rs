@@ -31,8 +31,8 @@ fn lone_requests() -> String {
 /// token (`host.step_us` + `request_us` + `sampled_token_us`), µs, rounded up as the engine
 /// host rounds it.
 fn host_step_us() -> u64 {
-    let registry = CostData::embedded().registry;
-    let host = registry.resolve("H100-SXM").get(Family::Host).clone();
+    let resolved = CostData::embedded().registry.resolve("H100-SXM");
+    let host = resolved.get(Family::Host);
     (host.param("step_us") + host.param("request_us") + host.param("sampled_token_us")).ceil() as u64
 }
 

@@ -45,36 +45,28 @@ pub fn calibrate(
     let data = &with_models;
     let terms = terms_for(&experiments, data);
     // Each leave-one-out fit gets a third of the budget and must still build its simplex.
-    let least = 3 * (terms.len() + 1);
+    let simplex = terms.len() + 1;
+    let least = 3 * simplex;
     if options.evaluations < least {
         return Err(FieldError::new(
             "--evaluations",
             options.evaluations,
-            format!("must be at least {least} (each leave-one-out fit gets a third, and a simplex over {} terms takes {})", terms.len(), terms.len() + 1),
+            format!("must be at least {least} (each leave-one-out fit gets a third, and a simplex over {} terms takes {simplex})", terms.len()),
         )
         .to_string());
     }
     if let Some(fold_evaluations) = folds.evaluations
-        && fold_evaluations < least / 3
+        && fold_evaluations < simplex
     {
         return Err(FieldError::new(
             "--fold-evaluations",
             fold_evaluations,
-            format!("must be at least {} (a simplex over {} terms)", least / 3, terms.len()),
+            format!("must be at least {simplex} (a simplex over {} terms)", terms.len()),
         )
         .to_string());
     }
-    if folds.hold_out == Some(HoldOut::Model) {
-        let first = &experiments[0].model;
-        if experiments.iter().all(|e| &e.model == first) {
-            return Err(FieldError::new(
-                "--hold-out",
-                "model",
-                format!("needs runs of at least two models; every run given serves {first}"),
-            )
-            .to_string());
-        }
-    }
+    // Decided before the joint fit, so a fold that cannot be made is refused at once.
+    let held_out = held_out_folds(&experiments, folds.hold_out)?;
     let mut report = String::new();
     // Progress on stderr: a line every tenth evaluation of each fit.
     let progress = |label: String, budget: usize| {
@@ -123,8 +115,7 @@ pub fn calibrate(
     };
     let mut samples = Vec::new();
     let mut jackknife: Vec<Fit> = Vec::new();
-    let folds = held_out_folds(&experiments, folds.hold_out);
-    for (i, (label, held)) in folds.iter().enumerate() {
+    for (i, (label, held)) in held_out.iter().enumerate() {
         let rest: Vec<Experiment> = experiments.iter().filter(|e| !held(e)).cloned().collect();
         let rest_terms = terms_for(&rest, data);
         let start: Vec<f64> = rest_terms
@@ -138,7 +129,7 @@ pub fn calibrate(
             })
             .collect();
         let mut report_fit =
-            progress(format!("fit {}/{} {label}", i + 1, folds.len()), leave_out.evaluations);
+            progress(format!("fit {}/{} {label}", i + 1, held_out.len()), leave_out.evaluations);
         let fit = fit(data, &rest, &rest_terms, Some(&start), &leave_out, &mut report_fit)
             .map_err(|e| e.to_string())?;
         let _ = writeln!(
@@ -195,17 +186,26 @@ type Fold = (String, Box<dyn Fn(&Experiment) -> bool>);
 
 /// The held-out folds of a calibration on `experiments`: one per model, labelled
 /// `fitted without model M`, when `hold_out` says so or, unsaid, when they serve more than one
-/// model; otherwise one per experiment, `fitted without E`.
-fn held_out_folds(experiments: &[Experiment], hold_out: Option<HoldOut>) -> Vec<Fold> {
+/// model; otherwise one per experiment, `fitted without E`. Folds by model over runs of one
+/// model (which would leave nothing to fit) are refused.
+fn held_out_folds(experiments: &[Experiment], hold_out: Option<HoldOut>) -> Result<Vec<Fold>, String> {
     let mut models: Vec<String> = experiments.iter().map(|e| e.model.clone()).collect();
     models.sort();
     models.dedup();
     let by_model = match hold_out {
+        Some(HoldOut::Model) if models.len() < 2 => {
+            return Err(FieldError::new(
+                "--hold-out",
+                "model",
+                format!("needs runs of at least two models; every run given serves {}", models.join(", ")),
+            )
+            .to_string());
+        }
         Some(HoldOut::Model) => true,
         Some(HoldOut::Experiment) => false,
         None => models.len() > 1,
     };
-    if by_model {
+    Ok(if by_model {
         models
             .into_iter()
             .map(|model| {
@@ -224,7 +224,7 @@ fn held_out_folds(experiments: &[Experiment], hold_out: Option<HoldOut>) -> Vec<
                 (label, held)
             })
             .collect()
-    }
+    })
 }
 
 /// The uncertainty sample's label of the fit that left out every run of `model`.
@@ -279,6 +279,7 @@ mod tests {
 
     fn labels(experiments: &[Experiment], hold_out: Option<HoldOut>) -> Vec<(String, usize)> {
         held_out_folds(experiments, hold_out)
+            .unwrap()
             .iter()
             .map(|(label, held)| (label.clone(), experiments.iter().filter(|e| held(e)).count()))
             .collect()
