@@ -11,6 +11,10 @@ use blis_actors::experiment::validation::{Experiment, cost_data_for};
 use blis_contracts::FieldError;
 use blis_costmodel::{CoefficientSample, CostData};
 
+/// The most objective evaluations one fit may spend: at ~0.4 s each on sixteen runs, about 11
+/// hours, a hundred times what a converged fit takes; a budget beyond it would never end.
+pub const MAX_EVALUATIONS: usize = 100_000;
+
 /// What each held-out fit of a calibration leaves out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum HoldOut {
@@ -52,6 +56,26 @@ pub fn calibrate(
             "--evaluations",
             options.evaluations,
             format!("must be at least {least} (each leave-one-out fit gets a third, and a simplex over {} terms takes {simplex})", terms.len()),
+        )
+        .to_string());
+    }
+    if options.evaluations > MAX_EVALUATIONS {
+        return Err(FieldError::new(
+            "--evaluations",
+            options.evaluations,
+            format!("must be at most {MAX_EVALUATIONS} (a converged fit takes about 1,000; each evaluation re-simulates every run)"),
+        )
+        .to_string());
+    }
+    if let Some(fold_evaluations) = folds.evaluations
+        && fold_evaluations > MAX_EVALUATIONS
+    {
+        return Err(FieldError::new(
+            "--fold-evaluations",
+            fold_evaluations,
+            format!(
+                "must be at most {MAX_EVALUATIONS} (a held-out fit starts at the joint one and needs fewer)"
+            ),
         )
         .to_string());
     }

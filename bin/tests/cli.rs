@@ -364,7 +364,7 @@ fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
     );
     let out = std::env::temp_dir().join(format!("blis-never-{}.yaml", std::process::id()));
     let out = out.to_str().unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["validate-real", &dir, "--replications", "0"], "--replications = 0: must be at least 1"),
         (&["validate-real", &dir, "--stage-cap-s", "0"], "--stage-cap-s = 0"),
         (&["validate-real", &dir, "--stage-cap-s", "NaN"], "--stage-cap-s = NaN"),
@@ -372,6 +372,14 @@ fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
         (
             &["calibrate", &dir, "--out", out, "--fold-evaluations", "5"],
             "--fold-evaluations = 5: must be at least 9",
+        ),
+        (
+            &["calibrate", &dir, "--out", out, "--evaluations", "100000000000"],
+            "--evaluations = 100000000000: must be at most 100000",
+        ),
+        (
+            &["calibrate", &dir, "--out", out, "--fold-evaluations", "100001"],
+            "--fold-evaluations = 100001: must be at most 100000",
         ),
         (
             &["calibrate", &dir, "--out", out, "--hold-out", "model"],
