@@ -8,9 +8,12 @@ use blis_kernel::{SimDuration, SimTime, TimeAdvance};
 
 use crate::message::CallRequest;
 
-/// A priced time in whole microseconds, rounded up (the one rounding rule).
+/// A priced time in whole microseconds, rounded up (the one rounding rule); a negative one is
+/// zero. A price that is not a number is a defect of the cost model (its inputs are bounded), not
+/// a time of zero.
 pub(crate) fn ceil_micros(micros: f64) -> SimDuration {
-    SimDuration::from_micros_ceil(micros.max(0.0)).expect("the cost model prices steps finitely")
+    let micros = if micros < 0.0 { 0.0 } else { micros };
+    SimDuration::from_micros_ceil(micros).expect("the cost model prices steps finitely")
 }
 
 /// The API server (HTTP, tokenization): requests in it by the time they leave, in the order

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use blis_contracts::{FieldError, Rank, yaml};
+use blis_contracts::{FieldError, Rank, number, yaml};
 use serde::{Deserialize, Serialize};
 
 /// The primitive families the registry prices.
@@ -310,7 +310,8 @@ impl Registry {
         Registry::from_entries(changed.entries)
     }
 
-    /// A registry from entries, checked as [`Registry::parse`] checks them.
+    /// A registry from entries, checked as [`Registry::parse`] checks them (each parameter
+    /// within its physical bound, [`parameter_bound`]).
     pub fn from_entries(entries: Vec<Entry>) -> Result<Registry, FieldError> {
         for (i, entry) in entries.iter().enumerate() {
             let path = format!("entries[{i}]");
@@ -329,11 +330,8 @@ impl Registry {
                 let value = *entry.params.get(*name).ok_or_else(|| {
                     FieldError::at(format!("{path}.params"), format!("{} needs `{name}`", entry.family))
                 })?;
-                let share = name.ends_with("_efficiency") || name.starts_with("efficiency_");
-                let valid = value.is_finite() && value >= 0.0 && (!share || (value > 0.0 && value <= 1.0));
-                if !valid {
-                    let cause = if share { "must be in (0, 1]" } else { "must be a non-negative number" };
-                    return Err(FieldError::new(format!("{path}.params.{name}"), value, cause));
+                if let Some(cause) = parameter_bound(name, value) {
+                    return Err(FieldError::new(format!("{path}.params.{name}"), number(value), cause));
                 }
             }
             if let Some(j) = entries[..i].iter().position(|other| {
@@ -427,6 +425,39 @@ impl Resolved {
     }
 }
 
+/// A share of a peak no working kernel falls below: under a thousandth of the datasheet.
+const LEAST_SHARE: f64 = 1e-3;
+/// The longest time any one parameter may price, µs: no per-step, per-layer, per-request or
+/// per-token cost of a serving engine comes near a second.
+const LONGEST_US: f64 = 1e6;
+/// The most bytes a memory parameter may take: 1 TiB, more than any GPU holds.
+const MOST_BYTES: f64 = (1u64 << 40) as f64;
+/// The most tokens a half-efficiency point may sit at: more than any step batches.
+const MOST_TOKENS: f64 = (1u64 << 20) as f64;
+
+/// Why `value` is out of bounds for the parameter `name`, by what the name measures (a share of
+/// a peak, µs, bytes or tokens), or `None` when it is within them. Tiny shares and huge times are
+/// refused so that no registry can price a step beyond the simulated clock's range.
+fn parameter_bound(name: &str, value: f64) -> Option<String> {
+    if !value.is_finite() {
+        return Some("must be a finite number".to_owned());
+    }
+    if name.ends_with("_efficiency") || name.starts_with("efficiency_") {
+        return (!(LEAST_SHARE..=1.0).contains(&value)).then(|| {
+            format!("must be in (0, 1]: a share of the peak, at least {LEAST_SHARE} (a working kernel)")
+        });
+    }
+    let (most, unit) = if name.contains("_us") {
+        (LONGEST_US, "µs (one second: no step, layer, request or token cost of an engine comes near it)")
+    } else if name.contains("bytes") {
+        (MOST_BYTES, "bytes (1 TiB: more than any GPU holds)")
+    } else {
+        (MOST_TOKENS, "tokens (more than any step batches)")
+    };
+    (!(0.0..=most).contains(&value))
+        .then(|| format!("must be a non-negative number of at most {most} {unit}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,6 +476,17 @@ mod tests {
 
     fn base() -> Vec<Entry> {
         Family::ALL.iter().map(|&f| entry(f, "*", Rank::Roofline, None)).collect()
+    }
+
+    /// The base entries with `family`'s `param` set to `value` are refused naming it, the cause
+    /// containing `cause`.
+    fn entries_with(family: Family, param: &str, value: f64, cause: &str) {
+        let mut entries = base();
+        let at = entries.iter().position(|e| e.family == family).unwrap();
+        entries[at].params.insert(param.to_owned(), value);
+        let error = Registry::from_entries(entries).unwrap_err();
+        assert!(error.path.ends_with(&format!("entries[{at}].params.{param}")), "{}", error.path);
+        assert!(error.cause.contains(cause), "{}", error.cause);
     }
 
     #[test]
@@ -544,6 +586,15 @@ mod tests {
         let mut entries = base();
         entries[0].params.insert("compute_efficiency".to_owned(), 1.5);
         assert!(Registry::from_entries(entries).unwrap_err().cause.contains("(0, 1]"));
+        let mut entries = base();
+        entries[0].params.insert("memory_efficiency".to_owned(), 1e-300);
+        let error = Registry::from_entries(entries).unwrap_err();
+        assert!(error.path.ends_with("params.memory_efficiency") && error.cause.contains("at least 0.001"));
+        entries_with(Family::Host, "step_us", 1e300, "at most 1000000 µs");
+        entries_with(Family::Host, "step_us", -1.0, "non-negative");
+        entries_with(Family::Memory, "non_torch_bytes", 1e15, "bytes");
+        entries_with(Family::Gemm, "half_efficiency_tokens", 1e9, "tokens");
+        entries_with(Family::Frontend, "prompt_token_us", f64::INFINITY, "finite");
         let mut entries = base();
         entries.remove(0);
         assert!(Registry::from_entries(entries).unwrap_err().cause.contains("gemm"));

@@ -28,25 +28,29 @@ pub struct Chip {
 }
 
 impl Chip {
-    /// Refuse values pricing cannot use: non-positive or non-finite peaks, bandwidths and
-    /// capacity.
+    /// Refuse values pricing cannot use: peaks, bandwidths and capacity that are not finite or
+    /// lie outside what any accelerator has (each within a factor of about a hundred of today's
+    /// range either way), so that no catalog can price a step beyond the simulated clock.
     pub fn validate(&self) -> Result<(), blis_contracts::FieldError> {
+        const FLOPS: (f64, f64) = (1e11, 1e17);
+        const BANDWIDTH: (f64, f64) = (1e8, 1e14);
+        const CAPACITY: (f64, f64) = (1_073_741_824.0, 4_398_046_511_104.0);
         let facts = [
-            ("bf16_dense_flops", Some(&self.bf16_dense_flops)),
-            ("hbm_bandwidth", Some(&self.hbm_bandwidth)),
-            ("hbm_capacity", Some(&self.hbm_capacity)),
-            ("fp8_dense_flops", self.fp8_dense_flops.as_ref()),
-            ("nvlink_bandwidth", self.nvlink_bandwidth.as_ref()),
-            ("pcie_bandwidth", self.pcie_bandwidth.as_ref()),
+            ("bf16_dense_flops", Some(&self.bf16_dense_flops), FLOPS, "FLOP/s"),
+            ("hbm_bandwidth", Some(&self.hbm_bandwidth), BANDWIDTH, "B/s"),
+            ("hbm_capacity", Some(&self.hbm_capacity), CAPACITY, "B (1 GiB to 4 TiB)"),
+            ("fp8_dense_flops", self.fp8_dense_flops.as_ref(), FLOPS, "FLOP/s"),
+            ("nvlink_bandwidth", self.nvlink_bandwidth.as_ref(), BANDWIDTH, "B/s"),
+            ("pcie_bandwidth", self.pcie_bandwidth.as_ref(), BANDWIDTH, "B/s"),
         ];
-        for (field, fact) in facts {
+        for (field, fact, (least, most), unit) in facts {
             if let Some(fact) = fact
-                && !(fact.value.is_finite() && fact.value > 0.0)
+                && !(fact.value.is_finite() && (least..=most).contains(&fact.value))
             {
                 return Err(blis_contracts::FieldError::new(
                     format!("{field}.value"),
-                    fact.value,
-                    "must be a positive number",
+                    blis_contracts::number(fact.value),
+                    format!("must be a number from {least:e} to {most:e} {unit}, what accelerators have"),
                 ));
             }
         }

@@ -46,17 +46,23 @@ pub struct LinkKind {
 }
 
 impl LinkKind {
-    /// Refuse non-positive or non-finite facts, and a capacity on a class that has none (or none
-    /// on host memory).
+    /// Refuse facts that are not finite or lie outside what any link has (100 MB/s to
+    /// 100 TB/s; a host memory of 1 GiB to 32 TiB), and a capacity on a class that has none (or
+    /// none on host memory).
     pub fn validate(&self) -> Result<(), FieldError> {
-        for (field, fact) in [("bandwidth", Some(&self.bandwidth)), ("capacity", self.capacity.as_ref())] {
+        const BANDWIDTH: (f64, f64) = (1e8, 1e14);
+        const CAPACITY: (f64, f64) = (1_073_741_824.0, 35_184_372_088_832.0);
+        for (field, fact, (least, most), unit) in [
+            ("bandwidth", Some(&self.bandwidth), BANDWIDTH, "B/s"),
+            ("capacity", self.capacity.as_ref(), CAPACITY, "B"),
+        ] {
             if let Some(fact) = fact
-                && !(fact.value.is_finite() && fact.value > 0.0)
+                && !(fact.value.is_finite() && (least..=most).contains(&fact.value))
             {
                 return Err(FieldError::new(
                     format!("{field}.value"),
-                    fact.value,
-                    "must be a positive number",
+                    blis_contracts::number(fact.value),
+                    format!("must be a number from {least:e} to {most:e} {unit}, what links have"),
                 ));
             }
         }

@@ -229,4 +229,23 @@ mod tests {
         let e = Catalog::from_texts(CHIPS, links, MODELS).unwrap_err();
         assert_eq!(e.path, "links.yaml.links[0].capacity");
     }
+
+    #[test]
+    fn facts_outside_what_hardware_has_are_refused_naming_the_field() {
+        // A bandwidth of 1e-300 B/s once priced a dense model's steps as 0 × ∞ (its MoE part),
+        // silently zero; a huge one prices every step at nothing.
+        for (from, to, path) in [
+            ("value: 3.35e12", "value: 1e-300", "chips.yaml.chips[0].hbm_bandwidth.value"),
+            ("value: 3.35e12", "value: 1e30", "chips.yaml.chips[0].hbm_bandwidth.value"),
+            ("value: 989.4e12", "value: 0.5", "chips.yaml.chips[0].bf16_dense_flops.value"),
+        ] {
+            let chips = CHIPS.replacen(from, to, 1);
+            let e = Catalog::from_texts(&chips, LINKS, MODELS).unwrap_err();
+            assert_eq!(e.path, path);
+            assert!(e.cause.contains("what accelerators have"), "{e}");
+        }
+        let links = LINKS.replacen("value: 64.0e9", "value: 1e3", 1);
+        let e = Catalog::from_texts(CHIPS, &links, MODELS).unwrap_err();
+        assert!(e.path.ends_with("bandwidth.value") && e.cause.contains("what links have"), "{e}");
+    }
 }
