@@ -294,3 +294,53 @@ fn replications_whose_latencies_memory_cannot_hold_are_refused() {
     std::fs::write(&path, text).unwrap();
     refused(&path, &[], &["frame.replications = 5 (the default)", "at most 1073741824"]);
 }
+
+#[test]
+fn cost_data_outside_physical_bounds_is_refused_naming_the_field() {
+    let data = format!("{}/../costmodel/data", env!("CARGO_MANIFEST_DIR"));
+    // A host step of 1e300 µs panicked the run; one of 1e12 ran ten calls for years.
+    let (dir, path) = variant("registry", "requests: 50", "requests: 50");
+    let registry = std::fs::read_to_string(format!("{data}/registry.yaml")).unwrap();
+    let registry_path = dir.join("registry.yaml");
+    std::fs::write(&registry_path, registry.replacen("step_us: 1500,", "step_us: 1e300,", 1)).unwrap();
+    refused(
+        &path,
+        &["--registry", registry_path.to_str().unwrap()],
+        &["params.step_us = 1e300", "at most 1000000 µs"],
+    );
+    // A bandwidth of 1e-300 B/s priced a dense model's device time as zero, silently.
+    let catalog = dir.join("catalog");
+    std::fs::create_dir_all(catalog.join("models")).unwrap();
+    for file in ["chips.yaml", "links.yaml"] {
+        std::fs::copy(format!("{data}/{file}"), catalog.join(file)).unwrap();
+    }
+    for model in std::fs::read_dir(format!("{data}/models")).unwrap() {
+        let model = model.unwrap().path();
+        std::fs::copy(&model, catalog.join("models").join(model.file_name().unwrap())).unwrap();
+    }
+    let chips = std::fs::read_to_string(catalog.join("chips.yaml")).unwrap();
+    std::fs::write(catalog.join("chips.yaml"), chips.replacen("value: 3.35e12", "value: 1e-300", 1)).unwrap();
+    refused(
+        &path,
+        &["--catalog", catalog.to_str().unwrap()],
+        &["chips.yaml.chips[0].hbm_bandwidth.value = 1e-300", "what accelerators have"],
+    );
+}
+
+#[test]
+fn an_absurdly_large_model_is_refused_as_too_large_not_wrapped_to_a_size_that_fits() {
+    let (dir, path) = variant("huge-model", "model: Llama-3.1-8B", "model: huge");
+    let config = std::fs::read_to_string(format!(
+        "{}/../fixtures/reference-data/model-configs/Llama-2-7b-hf/config.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config["hidden_size"] = serde_json::json!(1_000_000_000u32);
+    let config_path = dir.join("config.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let flag = format!("huge={}", config_path.display());
+    // Its weights saturate the byte count; their sum with the activations once wrapped around
+    // to "needs 76294.81 GiB" beside "weights 17179869184.00 GiB".
+    refused(&path, &["--model-config", &flag], &["needs 17179869184.00 GiB", "larger tensor_parallel_size"]);
+}

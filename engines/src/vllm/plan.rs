@@ -104,10 +104,13 @@ pub fn plan(
     let env = environment(&pool);
     let footprint = env.memory(&pool);
     let requested_bytes = (footprint.gpu_capacity_bytes as f64 * config.gpu_memory_utilization).ceil() as u64;
-    let used = footprint.weights_bytes
-        + footprint.activation_peak_bytes
-        + footprint.non_torch_bytes
-        + footprint.cuda_graph_bytes;
+    // Saturating: a model of absurd size (a config's `hidden_size` of 10⁹) must be refused as
+    // too large, not wrap around to a size that fits.
+    let used = footprint
+        .weights_bytes
+        .saturating_add(footprint.activation_peak_bytes)
+        .saturating_add(footprint.non_torch_bytes)
+        .saturating_add(footprint.cuda_graph_bytes);
     // `kv_cache_memory_bytes` skips the profiling rule and is taken as given.
     let available_kv_bytes = match config.kv_cache_memory_bytes {
         Some(bytes) => bytes as i64,
