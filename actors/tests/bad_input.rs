@@ -120,6 +120,18 @@ fn a_deployment_that_cannot_hold_one_request_is_refused() {
     let e = refusal("block_size: 16", "block_size: 16, max_model_len: 4096, num_gpu_blocks_override: 100");
     assert_eq!(e.path, "cluster.pools[0].engine.args.num_gpu_blocks_override");
     assert!(e.cause.contains("cannot hold one request"), "{e}");
+    // A cache sized by hand does not make room for the weights: Llama-2-70B on one H100 with a
+    // 2 GB cache once ran; vLLM runs out of memory loading it.
+    let e = refusal(
+        "model: Llama-3.1-8B\n      engine:\n        kind: vllm\n        version: \"0.15.1\"\n        args: { block_size: 16 }",
+        "model: Llama-2-70B\n      engine:\n        kind: vllm\n        version: \"0.15.1\"\n        args: { block_size: 16, kv_cache_memory_bytes: 2000000000 }",
+    );
+    assert_eq!(e.path, "cluster.pools[0].engine.args.tensor_parallel_size");
+    assert!(e.cause.contains("loading the weights"), "{e}");
+    // Llama-3.1-8B's 15 GiB of weights and a 70 GiB cache do not fit 79 GiB together.
+    let e = refusal("block_size: 16", "block_size: 16, kv_cache_memory_bytes: 75161927680");
+    assert_eq!(e.path, "cluster.pools[0].engine.args.kv_cache_memory_bytes");
+    assert!(e.cause.contains("allocating the cache"), "{e}");
 }
 
 #[test]

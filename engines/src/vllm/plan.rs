@@ -145,8 +145,46 @@ pub fn plan(
             ),
         ));
     }
-    if config.kv_cache_memory_bytes.is_none() && config.num_gpu_blocks_override.is_none() && used >= capacity
+    // A cache sized by hand skips the profiling rule but not the GPU: vLLM loads the weights,
+    // then allocates the cache, and runs out of memory if the two do not fit.
+    let given_cache = match (config.kv_cache_memory_bytes, config.num_gpu_blocks_override) {
+        (_, Some(blocks)) => {
+            Some(("num_gpu_blocks_override", u64::from(blocks).saturating_mul(bytes_per_block)))
+        }
+        (Some(bytes), None) => Some(("kv_cache_memory_bytes", bytes)),
+        (None, None) => None,
+    };
+    let resident = footprint.weights_bytes.saturating_add(footprint.non_torch_bytes);
+    if let Some((field, cache_bytes)) = given_cache
+        && resident.saturating_add(cache_bytes) > capacity
     {
+        let (field, value) = if resident >= capacity {
+            ("tensor_parallel_size", tp.to_string())
+        } else if field == "kv_cache_memory_bytes" {
+            (field, cache_bytes.to_string())
+        } else {
+            (field, config.num_gpu_blocks_override.unwrap_or_default().to_string())
+        };
+        return Err(FieldError::new(
+            at(field),
+            value,
+            format!(
+                "{}'s weights ({:.2} GiB) and other memory ({:.2} GiB) per GPU at tensor parallelism {tp} with a KV cache of {:.2} GiB need more than the {:.2} GiB each GPU of {} has: vLLM would run out of memory {}",
+                pool.model.name,
+                footprint.weights_bytes as f64 / GIB,
+                footprint.non_torch_bytes as f64 / GIB,
+                cache_bytes as f64 / GIB,
+                capacity as f64 / GIB,
+                device.name,
+                if resident >= capacity {
+                    "loading the weights; shard it over more GPUs (a larger tensor_parallel_size)"
+                } else {
+                    "allocating the cache; give it a smaller one"
+                }
+            ),
+        ));
+    }
+    if given_cache.is_none() && used >= capacity {
         return Err(FieldError::new(
             at("tensor_parallel_size"),
             tp,
