@@ -19,8 +19,14 @@ impl FieldError {
     ///
     /// The value and the cause are cut at [`MAX_SHOWN_CHARS`] characters, so that a huge
     /// offending value does not become a huge message.
+    /// A float rendered in hundreds of digits (`1e300` displays in full) is shown in exponent
+    /// form, as [`number`] would.
     pub fn new(path: impl Into<String>, value: impl fmt::Display, cause: impl Into<String>) -> FieldError {
-        FieldError { path: path.into(), value: Some(cut(&value.to_string())), cause: cut(&cause.into()) }
+        FieldError {
+            path: path.into(),
+            value: Some(cut(&readable(value.to_string()))),
+            cause: cut(&cause.into()),
+        }
     }
 
     /// A refusal at `path` where no single value is to blame (a missing field, a whole section).
@@ -47,6 +53,18 @@ fn cut(text: &str) -> String {
     }
     let kept: String = text.chars().take(MAX_SHOWN_CHARS).collect();
     format!("{kept}… ({length} characters in all)")
+}
+
+/// `text` in exponent form when it is a finite number longer than any integer of 64 bits (a
+/// float displayed digit by digit); anything else as it is.
+fn readable(text: String) -> String {
+    if text.len() <= 20 {
+        return text;
+    }
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() => format!("{value:e}"),
+        _ => text,
+    }
 }
 
 /// A number as a person reads it: plain when short, in exponent form when long (`1e300`, not
@@ -99,6 +117,16 @@ mod tests {
         assert!(shown.contains("(5000000 characters in all)"), "{shown:.200}");
         assert_eq!(number(1e300), "1e300");
         assert_eq!(number(2.5), "2.5");
+    }
+
+    #[test]
+    fn floats_displayed_digit_by_digit_are_shown_in_exponent_form() {
+        let value = |v: f64| FieldError::new("x", v, "c").value.unwrap();
+        assert_eq!(value(1e300), "1e300");
+        assert_eq!(value(1e-300), "1e-300");
+        assert_eq!(value(0.25), "0.25");
+        // Integers of 64 bits keep every digit.
+        assert_eq!(FieldError::new("x", u64::MAX, "c").value.unwrap(), "18446744073709551615");
     }
 
     #[test]
