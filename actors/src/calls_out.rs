@@ -135,8 +135,9 @@ impl CallsOut {
         Ok(())
     }
 
-    /// One record, the next in file order.
-    pub fn write(&mut self, record: CallRecord) -> Result<(), CallsOutError> {
+    /// One record, the next in file order; the record is handed back when nothing keeps it (so
+    /// that the thread that made it frees it), a displaced sample record in its place.
+    pub fn write(&mut self, record: CallRecord) -> Result<Option<CallRecord>, CallsOutError> {
         let streamed = self.selection == CallSelection::All && self.file.is_some();
         if streamed || self.digest.is_some() {
             self.line.clear();
@@ -148,26 +149,33 @@ impl CallsOut {
         }
         let index = self.seen;
         self.seen += 1;
-        match self.selection {
+        Ok(match self.selection {
             CallSelection::All => match &mut self.file {
                 Some((path, file)) => {
-                    file.write_all(&self.line).map_err(|error| CallsOutError { path: path.clone(), error })?
+                    file.write_all(&self.line)
+                        .map_err(|error| CallsOutError { path: path.clone(), error })?;
+                    Some(record)
                 }
-                None => self.kept.push(record),
+                None => {
+                    self.kept.push(record);
+                    None
+                }
             },
             CallSelection::Sample(size) => {
                 if index < size {
                     self.reservoir.push((index, record));
+                    None
                 } else {
                     let slot = self.sampler.below(index + 1);
                     if slot < size {
-                        self.reservoir[slot as usize] = (index, record);
+                        Some(std::mem::replace(&mut self.reservoir[slot as usize], (index, record)).1)
+                    } else {
+                        Some(record)
                     }
                 }
             }
-            CallSelection::None => {}
-        }
-        Ok(())
+            CallSelection::None => Some(record),
+        })
     }
 
     /// Write out the sample, flush the file; the header, the records kept in memory and the

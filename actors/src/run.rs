@@ -20,7 +20,7 @@ use crate::assembly::AssemblyOptions;
 use crate::calls_out::{CallSelection, CallsDigest, CallsOut};
 use crate::client::call_key;
 use crate::experiment::figures::{acceptance, estimates, replication_record, scalars, validity};
-use crate::experiment::replication::{ReplicationRun, replication_seed, run_replication};
+use crate::experiment::replication::{Accounting, ReplicationRun, replication_seed, run_replication};
 use crate::message::ClusterMessage;
 
 /// The seed used when neither the scenario nor the command line gives one.
@@ -244,12 +244,15 @@ pub fn run_observed(
                 &assembly,
                 Vec::new(),
                 None,
+                Accounting::Inline,
                 &mut |_| {},
             )
             .map(|(run, _)| run);
             others.lock().expect("no worker panics holding the lock")[index as usize - 1] = Some(outcome);
         }
     };
+    // A core no replication takes accounts replication 0's records (`calls.jsonl`, the tally).
+    let accounting = if threads > replications as usize { Accounting::Threaded } else { Accounting::Inline };
     let (first, observers, (calls_header, kept_calls), calls_sha256) = std::thread::scope(|scope| {
         for _ in 1..threads.min(replications as usize) {
             scope.spawn(run_rest);
@@ -267,6 +270,7 @@ pub fn run_observed(
                         &assembly,
                         observers,
                         Some(&mut calls),
+                        accounting,
                         progress,
                     )?;
                     let (header, kept, digest) =

@@ -4,7 +4,7 @@
 //! of two configurations on common random numbers.
 
 use blis_actors::stats::compare::Verdict;
-use blis_actors::{CallsDigest, Configuration, RunOptions, RunOutput, compare_configs, run};
+use blis_actors::{CallSelection, CallsDigest, Configuration, RunOptions, RunOutput, compare_configs, run};
 use blis_contracts::{Better, RunKind};
 use blis_costmodel::CostData;
 
@@ -238,4 +238,36 @@ fn skipping_the_calls_digest_changes_no_written_byte_and_no_kept_call() {
         RunOptions { threads: Some(1), calls_digest: CallsDigest::Skipped, ..RunOptions::default() };
     let kept = run(&text, in_memory, &mut |_| {}).unwrap();
     assert_eq!(kept.calls_jsonl(), digested.calls_jsonl());
+}
+
+#[test]
+fn one_replication_accounted_on_a_second_thread_writes_the_same_bytes() {
+    // With one replication and two threads the second thread tallies and writes replication
+    // 0's records; with one thread the simulation does. Every selection: streamed in full, a
+    // sample (whose displaced records come back to be freed), none, and kept in memory.
+    let text = scenario("replications: 1", "", 2, 8.0, 400);
+    let path = |tag: &str| {
+        std::env::temp_dir().join(format!("blis-actor-accounted-{}-{tag}.jsonl", std::process::id()))
+    };
+    for (tag, calls) in
+        [("all", CallSelection::All), ("sample", CallSelection::Sample(50)), ("none", CallSelection::None)]
+    {
+        let with = |threads: usize| {
+            let file = path(&format!("{tag}-{threads}"));
+            let options = RunOptions {
+                threads: Some(threads),
+                calls,
+                calls_path: Some(file.clone()),
+                ..RunOptions::default()
+            };
+            let out = run(&text, options, &mut |_| {}).unwrap();
+            let written = std::fs::read(&file).ok();
+            let _ = std::fs::remove_file(&file);
+            (out.result_json(), written, out.comparable_digest())
+        };
+        let one = with(1);
+        assert!(one == with(2), "{tag}: one thread against two");
+        assert!(one == with(3), "{tag}: one thread against three");
+    }
+    assert_eq!(run_with(&text, 1).calls_jsonl(), run_with(&text, 2).calls_jsonl(), "kept in memory");
 }

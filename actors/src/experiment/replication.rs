@@ -109,8 +109,46 @@ impl Observer<ClusterMessage> for AnswerCounter {
     }
 }
 
+/// Where a replication's settled records are accounted: tallied, then written to `calls.jsonl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accounting {
+    /// On the simulation's thread.
+    Inline,
+    /// On a second thread, when the run has a core to spare: the simulation hands each slice's
+    /// records over and frees them when they come back (so the thread that made them frees
+    /// them), the same records in the same order, so the outputs are the same bytes.
+    Threaded,
+}
+
+/// Batches of records in flight between the simulation and the accounting thread.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// The books a replication's records are accounted in.
+struct Books<'a> {
+    index: u32,
+    tally: Tally,
+    calls: Option<&'a mut CallsOut>,
+}
+
+impl Books<'_> {
+    /// Tally and write `records` in order; those nothing keeps go to `spent`.
+    fn account(&mut self, records: Vec<CallRecord>, spent: &mut Vec<CallRecord>) -> Result<(), RunError> {
+        for mut record in records {
+            record.replication = self.index;
+            self.tally.add(&record);
+            let done = match self.calls.as_deref_mut() {
+                Some(out) => out.write(record).map_err(|e| RunError::Output(e.to_string()))?,
+                None => Some(record),
+            };
+            spent.extend(done);
+        }
+        Ok(())
+    }
+}
+
 /// Run replication `index` of `scenario` with `seed`; `observers` watch it and are handed back.
-/// Its call records go to `calls` (if given) in file order as they settle.
+/// Its call records go to `calls` (if given) in file order as they settle, accounted as
+/// `accounting` says.
 #[allow(clippy::too_many_arguments)]
 pub fn run_replication(
     scenario: &Scenario,
@@ -120,6 +158,7 @@ pub fn run_replication(
     options: &AssemblyOptions,
     observers: Observers,
     mut calls: Option<&mut CallsOut>,
+    accounting: Accounting,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(ReplicationRun, Observers), RunError> {
     let cluster = assemble(scenario, seed, data, options).map_err(RunError::Input)?;
@@ -127,17 +166,97 @@ pub fn run_replication(
         out.begin(cluster.served.clone()).map_err(|e| RunError::Output(e.to_string()))?;
     }
     let frame = &scenario.frame;
-    let mut tally = Tally::new(frame.run_kind(), frame.warm_up(), frame.slo);
-    let mut account = |records: Vec<CallRecord>, calls: &mut Option<&mut CallsOut>| -> Result<(), RunError> {
-        for mut record in records {
-            record.replication = index;
-            tally.add(&record);
-            if let Some(out) = calls.as_deref_mut() {
-                out.write(record).map_err(|e| RunError::Output(e.to_string()))?;
-            }
+    let books = Books { index, tally: Tally::new(frame.run_kind(), frame.warm_up(), frame.slo), calls };
+    let ((simulated, observers), tally) = match accounting {
+        Accounting::Inline => {
+            let mut books = books;
+            let mut spent = Vec::new();
+            let simulated = simulate(cluster, scenario, observers, progress, &mut |records| {
+                let result = books.account(records, &mut spent);
+                spent.clear();
+                result
+            })?;
+            (simulated, books.tally)
         }
-        Ok(())
+        Accounting::Threaded => std::thread::scope(|scope| {
+            let (to_books, from_simulation) =
+                std::sync::mpsc::sync_channel::<Vec<CallRecord>>(BATCHES_IN_FLIGHT);
+            let (to_simulation, spent) = std::sync::mpsc::channel::<Vec<CallRecord>>();
+            let keeper = scope.spawn(move || -> Result<Tally, RunError> {
+                let mut books = books;
+                for records in from_simulation {
+                    let mut done = Vec::with_capacity(records.len());
+                    books.account(records, &mut done)?;
+                    // The simulation may have ended; then the records are freed here.
+                    let _ = to_simulation.send(done);
+                }
+                Ok(books.tally)
+            });
+            let simulated = simulate(cluster, scenario, observers, progress, &mut |records| {
+                while let Ok(done) = spent.try_recv() {
+                    drop(done);
+                }
+                // A closed channel means the books failed; their error is taken at the join.
+                let _ = to_books.send(records);
+                Ok(())
+            });
+            drop(to_books);
+            let tally = keeper.join().expect("the accounting thread does not panic");
+            Ok::<_, RunError>((simulated?, tally?))
+        })?,
     };
+    let fates = tally.fates();
+    debug_assert!(fates.conserved());
+    let Simulated {
+        instances,
+        priced,
+        simulation,
+        workloads,
+        resolved,
+        identities,
+        expected_requests,
+        last_arrival_us,
+        stopped_overloaded_us,
+    } = simulated;
+    let run = ReplicationRun {
+        seed,
+        tally,
+        fates,
+        instances,
+        priced,
+        simulation,
+        workloads,
+        resolved,
+        identities,
+        expected_requests,
+        last_arrival_us,
+        stopped_overloaded_us,
+    };
+    Ok((run, observers))
+}
+
+/// What a replication produced besides its books.
+struct Simulated {
+    instances: Vec<InstanceRecord>,
+    priced: RankShares,
+    simulation: SimulationRecord,
+    workloads: Vec<(String, Vec<RequestSpec>)>,
+    resolved: serde_json::Value,
+    identities: Vec<EngineIdentity>,
+    expected_requests: Option<u64>,
+    last_arrival_us: u64,
+    stopped_overloaded_us: Option<u64>,
+}
+
+/// Simulate an assembled replication to its end, handing every settled record to `account`
+/// in file order.
+fn simulate(
+    cluster: crate::assembly::AssembledCluster,
+    scenario: &Scenario,
+    observers: Observers,
+    progress: &mut dyn FnMut(Progress),
+    account: &mut dyn FnMut(Vec<CallRecord>) -> Result<(), RunError>,
+) -> Result<(Simulated, Observers), RunError> {
     let mut simulation = cluster.simulation;
     let counts = Rc::new(Cell::new(CallCounts::default()));
     let mut clients_sorted = cluster.clients.clone();
@@ -157,7 +276,7 @@ pub fn run_replication(
     let mut stopped_overloaded_us = None;
     let end = loop {
         let slice = simulation.run_rounds(horizon, ROUNDS_PER_SLICE).map_err(RunError::Kernel)?;
-        account(cluster.ledger.drain(), &mut calls)?;
+        account(cluster.ledger.drain())?;
         if let Some(end) = slice {
             break end;
         }
@@ -235,7 +354,7 @@ pub fn run_replication(
         started.extend_from_slice(host.answered());
     }
     started.sort_unstable();
-    account(cluster.ledger.drain(), &mut calls)?;
+    account(cluster.ledger.drain())?;
     let mut workloads = Vec::new();
     let mut last_arrival_us = 0;
     for &id in &cluster.clients {
@@ -250,14 +369,9 @@ pub fn run_replication(
         let unended = client.unended_records(|key| {
             if started.binary_search(&key).is_ok() { Fate::InFlightAtHorizon } else { Fate::QueuedAtHorizon }
         });
-        account(unended, &mut calls)?;
+        account(unended)?;
     }
-    let fates = tally.fates();
-    debug_assert!(fates.conserved());
-    let run = ReplicationRun {
-        seed,
-        tally,
-        fates,
+    let run = Simulated {
         instances,
         priced,
         simulation: SimulationRecord {

@@ -11,7 +11,7 @@ use blis_kernel::{HostKind, KernelError};
 use super::checker::{Checker, CheckerReport};
 use crate::assembly::{AssemblyOptions, Fault};
 use crate::calls_out::{CallSelection, CallsDigest, CallsOut};
-use crate::experiment::replication::{ReplicationRun, run_replication};
+use crate::experiment::replication::{Accounting, ReplicationRun, run_replication};
 use crate::run::RunError;
 
 /// How to run a checked run.
@@ -66,8 +66,17 @@ pub fn run_checked(
     let mut calls_out = CallsOut::new(CallSelection::All, None, seed, swarm_header(), CallsDigest::Computed)
         .expect("no file to open");
     let checker: crate::run::Observers = vec![Box::new(Checker::for_run())];
-    let outcome =
-        run_replication(scenario, 0, seed, data, &assembly, checker, Some(&mut calls_out), &mut |_| {});
+    let outcome = run_replication(
+        scenario,
+        0,
+        seed,
+        data,
+        &assembly,
+        checker,
+        Some(&mut calls_out),
+        Accounting::Inline,
+        &mut |_| {},
+    );
     let (run, observers) = match outcome {
         Ok(done) => done,
         Err(RunError::Input(error)) => return Err(error),
@@ -106,8 +115,17 @@ pub fn run_checked(
         let mut rerun_calls =
             CallsOut::new(CallSelection::None, None, seed, swarm_header(), CallsDigest::Computed)
                 .expect("no file to open");
-        let rerun =
-            run_replication(scenario, 0, seed, data, &again, Vec::new(), Some(&mut rerun_calls), &mut |_| {});
+        let rerun = run_replication(
+            scenario,
+            0,
+            seed,
+            data,
+            &again,
+            Vec::new(),
+            Some(&mut rerun_calls),
+            Accounting::Inline,
+            &mut |_| {},
+        );
         let rerun_digest = rerun_calls.finish().ok().and_then(|(_, _, digest)| digest);
         match rerun {
             Ok((rerun, _))
