@@ -60,7 +60,8 @@ enum Command {
         /// Independent replications (default: the frame's, 5 for terminating runs).
         #[arg(long)]
         replications: Option<u32>,
-        /// Threads to run replications on (default: every core); outputs never depend on it.
+        /// Threads to run replications on (default: every core; a thread no replication takes
+        /// writes replication 0's calls); outputs never depend on it.
         #[arg(long)]
         threads: Option<usize>,
         /// Also run once per uncertainty sample of the calibrated coefficients and report how far
