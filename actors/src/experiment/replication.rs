@@ -205,34 +205,7 @@ pub fn run_replication(
             Ok::<_, RunError>((simulated?, tally?))
         })?,
     };
-    let fates = tally.fates();
-    debug_assert!(fates.conserved());
-    let Simulated {
-        instances,
-        priced,
-        simulation,
-        workloads,
-        resolved,
-        identities,
-        expected_requests,
-        last_arrival_us,
-        stopped_overloaded_us,
-    } = simulated;
-    let run = ReplicationRun {
-        seed,
-        tally,
-        fates,
-        instances,
-        priced,
-        simulation,
-        workloads,
-        resolved,
-        identities,
-        expected_requests,
-        last_arrival_us,
-        stopped_overloaded_us,
-    };
-    Ok((run, observers))
+    Ok((simulated.into_run(seed, tally), observers))
 }
 
 /// What a replication produced besides its books.
@@ -246,6 +219,28 @@ struct Simulated {
     expected_requests: Option<u64>,
     last_arrival_us: u64,
     stopped_overloaded_us: Option<u64>,
+}
+
+impl Simulated {
+    /// The replication's whole record, with its seed and its books' tally.
+    fn into_run(self, seed: u64, tally: Tally) -> ReplicationRun {
+        let fates = tally.fates();
+        debug_assert!(fates.conserved());
+        ReplicationRun {
+            seed,
+            tally,
+            fates,
+            instances: self.instances,
+            priced: self.priced,
+            simulation: self.simulation,
+            workloads: self.workloads,
+            resolved: self.resolved,
+            identities: self.identities,
+            expected_requests: self.expected_requests,
+            last_arrival_us: self.last_arrival_us,
+            stopped_overloaded_us: self.stopped_overloaded_us,
+        }
+    }
 }
 
 /// Simulate an assembled replication to its end, handing every settled record to `account`
