@@ -271,3 +271,23 @@ fn one_replication_accounted_on_a_second_thread_writes_the_same_bytes() {
     }
     assert_eq!(run_with(&text, 1).calls_jsonl(), run_with(&text, 2).calls_jsonl(), "kept in memory");
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_calls_file_that_cannot_be_written_fails_the_run_with_its_own_error_on_any_thread_count() {
+    let text = scenario("replications: 1", "", 2, 8.0, 400);
+    for threads in [1, 2] {
+        let options = RunOptions {
+            threads: Some(threads),
+            calls_path: Some("/dev/full".into()),
+            ..RunOptions::default()
+        };
+        match run(&text, options, &mut |_| {}) {
+            Err(blis_actors::RunError::Output(message)) => {
+                assert!(message.contains("/dev/full") && message.contains("No space left"), "{message}")
+            }
+            Err(other) => panic!("{threads} threads: expected the write's error, got {other}"),
+            Ok(_) => panic!("{threads} threads: a run whose calls cannot be written succeeded"),
+        }
+    }
+}

@@ -196,13 +196,13 @@ pub fn run_replication(
                 while let Ok(done) = spent.try_recv() {
                     drop(done);
                 }
-                // A closed channel means the books failed; their error is taken at the join.
-                let _ = to_books.send(records);
-                Ok(())
+                // A closed channel means the books failed: the simulation stops, and the books'
+                // error is the one reported.
+                to_books.send(records).map_err(|_| RunError::Output("the calls' writer stopped".to_owned()))
             });
             drop(to_books);
-            let tally = keeper.join().expect("the accounting thread does not panic");
-            Ok::<_, RunError>((simulated?, tally?))
+            let tally = keeper.join().expect("the accounting thread does not panic")?;
+            Ok::<_, RunError>((simulated?, tally))
         })?,
     };
     Ok((simulated.into_run(seed, tally), observers))
