@@ -9,8 +9,9 @@ use blis_kernel::{SimDuration, SimTime, TimeAdvance};
 use crate::message::CallRequest;
 
 /// A priced time in whole microseconds, rounded up (the one rounding rule); a negative one is
-/// zero. A price that is not a number is a defect of the cost model (its inputs are bounded), not
-/// a time of zero.
+/// zero. A price that is not a number stops the run rather than count as zero: each of the cost
+/// model's inputs is bounded, though their product at the bounds' extremes can still exceed the
+/// clock.
 pub(crate) fn ceil_micros(micros: f64) -> SimDuration {
     let micros = if micros < 0.0 { 0.0 } else { micros };
     SimDuration::from_micros_ceil(micros).expect("the cost model prices steps finitely")

@@ -20,7 +20,7 @@ impl FieldError {
     /// The value and the cause are cut at [`MAX_SHOWN_CHARS`] characters, so that a huge
     /// offending value does not become a huge message.
     /// A float rendered in hundreds of digits (`1e300` displays in full) is shown in exponent
-    /// form, as [`number`] would.
+    /// form.
     pub fn new(path: impl Into<String>, value: impl fmt::Display, cause: impl Into<String>) -> FieldError {
         FieldError {
             path: path.into(),
@@ -55,10 +55,11 @@ fn cut(text: &str) -> String {
     format!("{kept}… ({length} characters in all)")
 }
 
-/// `text` in exponent form when it is a finite number longer than any integer of 64 bits (a
-/// float displayed digit by digit); anything else as it is.
+/// `text` in exponent form when it is a finite number displayed digit by digit: longer than
+/// any integer of 128 bits, or a decimal fraction longer than 20 characters; anything else (a
+/// 64-bit integer, a name of digits) as it is.
 fn readable(text: String) -> String {
-    if text.len() <= 20 {
+    if text.len() <= 20 || (text.len() <= 40 && !text.contains('.')) {
         return text;
     }
     match text.parse::<f64>() {

@@ -430,7 +430,7 @@ const LEAST_SHARE: f64 = 1e-3;
 /// The longest time any one parameter may price, µs: no per-step, per-layer, per-request or
 /// per-token cost of a serving engine comes near a second.
 const LONGEST_US: f64 = 1e6;
-/// The most bytes a memory parameter may take: 1 TiB, more than any GPU holds.
+/// The most bytes a memory parameter may take: 1 TiB, more than any GPU holds today.
 const MOST_BYTES: f64 = (1u64 << 40) as f64;
 /// The most tokens a half-efficiency point may sit at: more than any step batches.
 const MOST_TOKENS: f64 = (1u64 << 20) as f64;
@@ -443,19 +443,28 @@ fn parameter_bound(name: &str, value: f64) -> Option<String> {
         return Some("must be a finite number".to_owned());
     }
     if name.ends_with("_efficiency") || name.starts_with("efficiency_") {
-        return (!(LEAST_SHARE..=1.0).contains(&value)).then(|| {
-            format!("must be in (0, 1]: a share of the peak, at least {LEAST_SHARE} (a working kernel)")
-        });
+        return (!(LEAST_SHARE..=1.0).contains(&value))
+            .then(|| format!("must be in [{LEAST_SHARE}, 1]: a share of the peak a working kernel reaches"));
     }
-    let (most, unit) = if name.contains("_us") {
-        (LONGEST_US, "µs (one second: no step, layer, request or token cost of an engine comes near it)")
-    } else if name.contains("bytes") {
-        (MOST_BYTES, "bytes (1 TiB: more than any GPU holds)")
-    } else {
-        (MOST_TOKENS, "tokens (more than any step batches)")
-    };
+    let (most, unit) = parameter_unit(name)?;
     (!(0.0..=most).contains(&value))
         .then(|| format!("must be a non-negative number of at most {most} {unit}"))
+}
+
+/// The bound and unit of a parameter that is not a share, by what its name measures.
+fn parameter_unit(name: &str) -> Option<(f64, &'static str)> {
+    if name.contains("_us") {
+        Some((
+            LONGEST_US,
+            "µs (one second: no step, layer, request or token cost of an engine comes near it)",
+        ))
+    } else if name.contains("bytes") {
+        Some((MOST_BYTES, "bytes (1 TiB: more than any GPU holds today)"))
+    } else if name.ends_with("_tokens") {
+        Some((MOST_TOKENS, "tokens (more than any step batches)"))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -579,17 +588,28 @@ mod tests {
     }
 
     #[test]
+    fn every_parameter_of_every_family_has_a_bound() {
+        for family in Family::ALL {
+            for (name, _) in family.parameters() {
+                let share = name.ends_with("_efficiency") || name.starts_with("efficiency_");
+                assert!(share || parameter_unit(name).is_some(), "{family}.{name} has no bound");
+                assert!(parameter_bound(name, 1e30).is_some(), "{family}.{name} takes 1e30");
+            }
+        }
+    }
+
+    #[test]
     fn bad_parameters_and_missing_fallbacks_are_refused() {
         let mut entries = base();
         entries[0].params.insert("speed".to_owned(), 1.0);
         assert!(Registry::from_entries(entries).unwrap_err().path.ends_with("params.speed"));
         let mut entries = base();
         entries[0].params.insert("compute_efficiency".to_owned(), 1.5);
-        assert!(Registry::from_entries(entries).unwrap_err().cause.contains("(0, 1]"));
+        assert!(Registry::from_entries(entries).unwrap_err().cause.contains("[0.001, 1]"));
         let mut entries = base();
         entries[0].params.insert("memory_efficiency".to_owned(), 1e-300);
         let error = Registry::from_entries(entries).unwrap_err();
-        assert!(error.path.ends_with("params.memory_efficiency") && error.cause.contains("at least 0.001"));
+        assert!(error.path.ends_with("params.memory_efficiency") && error.cause.contains("[0.001, 1]"));
         entries_with(Family::Host, "step_us", 1e300, "at most 1000000 µs");
         entries_with(Family::Host, "step_us", -1.0, "non-negative");
         entries_with(Family::Memory, "non_torch_bytes", 1e15, "bytes");

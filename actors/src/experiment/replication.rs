@@ -115,8 +115,9 @@ pub enum Accounting {
     /// On the simulation's thread.
     Inline,
     /// On a second thread, when the run has a core to spare: the simulation hands each slice's
-    /// records over and frees them when they come back (so the thread that made them frees
-    /// them), the same records in the same order, so the outputs are the same bytes.
+    /// records over and frees them when they come back (so the thread that allocated a record's
+    /// strings and latencies frees them; only the batches' own buffers cross), the same records
+    /// in the same order, so the outputs are the same bytes.
     Threaded,
 }
 
@@ -187,7 +188,8 @@ pub fn run_replication(
                 for records in from_simulation {
                     let mut done = Vec::with_capacity(records.len());
                     books.account(records, &mut done)?;
-                    // The simulation may have ended; then the records are freed here.
+                    // The simulation's end of this channel lives until the join, so this send
+                    // cannot fail; batches it never took back are freed on its thread then.
                     let _ = to_simulation.send(done);
                 }
                 Ok(books.tally)
@@ -201,7 +203,7 @@ pub fn run_replication(
                 to_books.send(records).map_err(|_| RunError::Output("the calls' writer stopped".to_owned()))
             });
             drop(to_books);
-            let tally = keeper.join().expect("the accounting thread does not panic")?;
+            let tally = keeper.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
             Ok::<_, RunError>((simulated?, tally))
         })?,
     };

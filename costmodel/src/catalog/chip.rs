@@ -29,8 +29,8 @@ pub struct Chip {
 
 impl Chip {
     /// Refuse values pricing cannot use: peaks, bandwidths and capacity that are not finite or
-    /// lie outside what any accelerator has (each within a factor of about a hundred of today's
-    /// range either way), so that no catalog can price a step beyond the simulated clock.
+    /// lie outside what any accelerator has (from well below the smallest of today's to about a
+    /// hundred times past the largest), so that no catalog prices a step at nothing or at ages.
     pub fn validate(&self) -> Result<(), blis_contracts::FieldError> {
         const FLOPS: (f64, f64) = (1e11, 1e17);
         const BANDWIDTH: (f64, f64) = (1e8, 1e14);

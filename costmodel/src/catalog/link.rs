@@ -46,8 +46,8 @@ pub struct LinkKind {
 }
 
 impl LinkKind {
-    /// Refuse facts that are not finite or lie outside what any link has (100 MB/s to
-    /// 100 TB/s; a host memory of 1 GiB to 32 TiB), and a capacity on a class that has none (or
+    /// Refuse facts that are not finite or lie outside what any link has (100 MB/s, well below
+    /// any of today's, to 100 TB/s; a host memory of 1 GiB to 32 TiB), and a capacity on a class that has none (or
     /// none on host memory).
     pub fn validate(&self) -> Result<(), FieldError> {
         const BANDWIDTH: (f64, f64) = (1e8, 1e14);

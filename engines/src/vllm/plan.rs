@@ -112,9 +112,10 @@ pub fn plan(
         .saturating_add(footprint.non_torch_bytes)
         .saturating_add(footprint.cuda_graph_bytes);
     // `kv_cache_memory_bytes` skips the profiling rule and is taken as given.
+    let signed = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
     let available_kv_bytes = match config.kv_cache_memory_bytes {
-        Some(bytes) => bytes as i64,
-        None => requested_bytes as i64 - used as i64,
+        Some(bytes) => signed(bytes),
+        None => signed(requested_bytes).saturating_sub(signed(used)),
     };
     let at = |field: &str| format!("{path}.{field}");
     let capacity = footprint.gpu_capacity_bytes;
@@ -147,24 +148,22 @@ pub fn plan(
     }
     // A cache sized by hand skips the profiling rule but not the GPU: vLLM loads the weights,
     // then allocates the cache, and runs out of memory if the two do not fit.
+    // Each: the argument, its value, and the cache's bytes.
     let given_cache = match (config.kv_cache_memory_bytes, config.num_gpu_blocks_override) {
-        (_, Some(blocks)) => {
-            Some(("num_gpu_blocks_override", u64::from(blocks).saturating_mul(bytes_per_block)))
-        }
-        (Some(bytes), None) => Some(("kv_cache_memory_bytes", bytes)),
+        (_, Some(blocks)) => Some((
+            "num_gpu_blocks_override",
+            u64::from(blocks),
+            u64::from(blocks).saturating_mul(bytes_per_block),
+        )),
+        (Some(bytes), None) => Some(("kv_cache_memory_bytes", bytes, bytes)),
         (None, None) => None,
     };
     let resident = footprint.weights_bytes.saturating_add(footprint.non_torch_bytes);
-    if let Some((field, cache_bytes)) = given_cache
+    if let Some((field, value, cache_bytes)) = given_cache
         && resident.saturating_add(cache_bytes) > capacity
     {
-        let (field, value) = if resident >= capacity {
-            ("tensor_parallel_size", tp.to_string())
-        } else if field == "kv_cache_memory_bytes" {
-            (field, cache_bytes.to_string())
-        } else {
-            (field, config.num_gpu_blocks_override.unwrap_or_default().to_string())
-        };
+        let (field, value) =
+            if resident >= capacity { ("tensor_parallel_size", u64::from(tp)) } else { (field, value) };
         return Err(FieldError::new(
             at(field),
             value,
