@@ -195,9 +195,7 @@ pub fn run_replication(
                 Ok(books.tally)
             });
             let simulated = simulate(cluster, scenario, observers, progress, &mut |records| {
-                while let Ok(done) = spent.try_recv() {
-                    drop(done);
-                }
+                spent.try_iter().for_each(drop);
                 // A closed channel means the books failed: the simulation stops, and the books'
                 // error is the one reported.
                 to_books.send(records).map_err(|_| RunError::Output("the calls' writer stopped".to_owned()))

@@ -33,26 +33,17 @@ impl Chip {
     /// hundred times past the largest), so that no catalog prices a step at nothing or at ages.
     pub fn validate(&self) -> Result<(), blis_contracts::FieldError> {
         const FLOPS: (f64, f64) = (1e11, 1e17);
-        const BANDWIDTH: (f64, f64) = (1e8, 1e14);
         const CAPACITY: (f64, f64) = (1_073_741_824.0, 4_398_046_511_104.0);
         let facts = [
             ("bf16_dense_flops", Some(&self.bf16_dense_flops), FLOPS, "FLOP/s"),
-            ("hbm_bandwidth", Some(&self.hbm_bandwidth), BANDWIDTH, "B/s"),
+            ("hbm_bandwidth", Some(&self.hbm_bandwidth), super::BANDWIDTH, "B/s"),
             ("hbm_capacity", Some(&self.hbm_capacity), CAPACITY, "B (1 GiB to 4 TiB)"),
             ("fp8_dense_flops", self.fp8_dense_flops.as_ref(), FLOPS, "FLOP/s"),
-            ("nvlink_bandwidth", self.nvlink_bandwidth.as_ref(), BANDWIDTH, "B/s"),
-            ("pcie_bandwidth", self.pcie_bandwidth.as_ref(), BANDWIDTH, "B/s"),
+            ("nvlink_bandwidth", self.nvlink_bandwidth.as_ref(), super::BANDWIDTH, "B/s"),
+            ("pcie_bandwidth", self.pcie_bandwidth.as_ref(), super::BANDWIDTH, "B/s"),
         ];
-        for (field, fact, (least, most), unit) in facts {
-            if let Some(fact) = fact
-                && !(fact.value.is_finite() && (least..=most).contains(&fact.value))
-            {
-                return Err(blis_contracts::FieldError::new(
-                    format!("{field}.value"),
-                    blis_contracts::number(fact.value),
-                    format!("must be a number from {least:e} to {most:e} {unit}, what accelerators have"),
-                ));
-            }
+        for (field, fact, range, unit) in facts {
+            super::check_fact(field, fact, range, unit, "accelerators")?;
         }
         Ok(())
     }

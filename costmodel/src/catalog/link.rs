@@ -46,26 +46,12 @@ pub struct LinkKind {
 }
 
 impl LinkKind {
-    /// Refuse facts that are not finite or lie outside what any link has (100 MB/s, well below
-    /// any of today's, to 100 TB/s; a host memory of 1 GiB to 32 TiB), and a capacity on a class that has none (or
-    /// none on host memory).
+    /// Refuse facts that are not finite or lie outside what any link has (a host memory of
+    /// 1 GiB to 32 TiB), and a capacity on a class that has none (or none on host memory).
     pub fn validate(&self) -> Result<(), FieldError> {
-        const BANDWIDTH: (f64, f64) = (1e8, 1e14);
         const CAPACITY: (f64, f64) = (1_073_741_824.0, 35_184_372_088_832.0);
-        for (field, fact, (least, most), unit) in [
-            ("bandwidth", Some(&self.bandwidth), BANDWIDTH, "B/s"),
-            ("capacity", self.capacity.as_ref(), CAPACITY, "B"),
-        ] {
-            if let Some(fact) = fact
-                && !(fact.value.is_finite() && (least..=most).contains(&fact.value))
-            {
-                return Err(FieldError::new(
-                    format!("{field}.value"),
-                    blis_contracts::number(fact.value),
-                    format!("must be a number from {least:e} to {most:e} {unit}, what links have"),
-                ));
-            }
-        }
+        super::check_fact("bandwidth", Some(&self.bandwidth), super::BANDWIDTH, "B/s", "links")?;
+        super::check_fact("capacity", self.capacity.as_ref(), CAPACITY, "B", "links")?;
         match (self.class, &self.capacity) {
             (LinkClass::HostMemory, None) => {
                 Err(FieldError::at("capacity", "a host_memory link kind needs its capacity in bytes"))

@@ -13,8 +13,33 @@ pub use hf::HfConfig;
 pub use link::{LinkClass, LinkKind};
 pub use model::CatalogModel;
 
-use blis_contracts::{FieldError, yaml};
+use blis_contracts::{Fact, FieldError, yaml};
 use serde::Deserialize;
+
+/// Link and HBM bandwidths any hardware has, B/s: 100 MB/s, well below any of today's, to
+/// 100 TB/s, about a hundred times past the largest.
+const BANDWIDTH: (f64, f64) = (1e8, 1e14);
+
+/// Refuse `fact`, at `field`, unless it is a finite number within `range` (in `unit`), what
+/// `hardware` has.
+fn check_fact(
+    field: &str,
+    fact: Option<&Fact>,
+    (least, most): (f64, f64),
+    unit: &str,
+    hardware: &str,
+) -> Result<(), FieldError> {
+    match fact {
+        Some(fact) if !(fact.value.is_finite() && (least..=most).contains(&fact.value)) => {
+            Err(FieldError::new(
+                format!("{field}.value"),
+                blis_contracts::number(fact.value),
+                format!("must be a number from {least:e} to {most:e} {unit}, what {hardware} have"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
 
 const CHIPS: &str = include_str!("../../data/chips.yaml");
 const LINKS: &str = include_str!("../../data/links.yaml");
