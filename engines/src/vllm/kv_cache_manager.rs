@@ -37,6 +37,8 @@ pub struct PrefixCacheStats {
 pub struct KvCacheManager {
     pool: BlockPool,
     block_size: u32,
+    /// `log2(block_size)`: block arithmetic on the hot path shifts instead of dividing.
+    block_shift: u32,
     max_model_len: u32,
     tables: usize,
     stats: PrefixCacheStats,
@@ -45,10 +47,14 @@ pub struct KvCacheManager {
 
 impl KvCacheManager {
     /// A manager over `num_blocks` blocks of `block_size` tokens, prefix caching on or off.
+    /// `block_size` is one of vLLM's block sizes, all powers of two (the engine arguments are
+    /// checked against them before a manager is made).
     pub fn new(num_blocks: u32, block_size: u32, max_model_len: u32, caching: bool) -> KvCacheManager {
+        assert!(block_size.is_power_of_two(), "vLLM's block sizes are powers of two, not {block_size}");
         KvCacheManager {
             pool: BlockPool::new(num_blocks, caching),
             block_size,
+            block_shift: block_size.trailing_zeros(),
             max_model_len,
             tables: 0,
             stats: PrefixCacheStats::default(),
@@ -60,6 +66,18 @@ impl KvCacheManager {
     /// hash is computed. Set it before the first request.
     pub fn set_record_events(&mut self, on: bool) {
         self.pool.set_record_events(on);
+    }
+
+    /// Blocks that hold `tokens` tokens (the last one possibly part full).
+    #[inline]
+    fn blocks_holding(&self, tokens: u32) -> usize {
+        ((tokens >> self.block_shift) + u32::from(tokens & (self.block_size - 1) != 0)) as usize
+    }
+
+    /// Blocks that `tokens` tokens fill.
+    #[inline]
+    fn full_blocks(&self, tokens: u32) -> usize {
+        (tokens >> self.block_shift) as usize
     }
 
     /// The block pool.
@@ -89,7 +107,7 @@ impl KvCacheManager {
         if !self.pool.caching() {
             return 0;
         }
-        let max_blocks = (request.num_tokens().saturating_sub(1) / self.block_size) as usize;
+        let max_blocks = self.full_blocks(request.num_tokens().saturating_sub(1));
         for &key in request.block_keys.iter().take(max_blocks) {
             match self.pool.get_cached_block(key) {
                 Some(id) => hits.push(id),
@@ -110,6 +128,28 @@ impl KvCacheManager {
         hit_tokens
     }
 
+    /// [`KvCacheManager::allocate_slots`] for a request already running (no hits, nothing
+    /// external): most of its steps need no new block and fill no block, and those return at
+    /// once, without the general call.
+    #[inline]
+    pub(crate) fn allocate_running(
+        &mut self,
+        request: &mut Request,
+        num_new: u32,
+        new_blocks: &mut Vec<BlockId>,
+    ) -> bool {
+        let computed = request.num_computed_tokens.min(self.max_model_len);
+        let need = (computed + num_new).min(self.max_model_len);
+        let holds_enough = self.blocks_holding(need) <= request.blocks.len();
+        let fills_none = !self.pool.caching()
+            || self.full_blocks((computed + num_new).min(request.num_tokens()))
+                <= request.num_cached_blocks.unwrap_or(0);
+        if holds_enough && fills_none && request.has_table {
+            return true;
+        }
+        self.allocate_slots(request, num_new, 0, &[], 0, false, new_blocks)
+    }
+
     /// Give `request` slots for `num_new` more tokens after its computed tokens, `hits`
     /// (blocks found by [`KvCacheManager::get_computed_blocks`], `hit_tokens` tokens) and
     /// `external` tokens a connector supplies (fresh blocks, hashed now unless `delay_cache`);
@@ -128,7 +168,7 @@ impl KvCacheManager {
     ) -> bool {
         let total_computed = (request.num_computed_tokens + hit_tokens + external).min(self.max_model_len);
         let need = (total_computed + num_new).min(self.max_model_len);
-        let required = need.div_ceil(self.block_size) as usize;
+        let required = self.blocks_holding(need);
         let held = request.blocks.len();
         let to_allocate = if request.num_cached_blocks_known() {
             debug_assert!(hits.is_empty(), "a running request has no new prefix hits");
@@ -171,7 +211,7 @@ impl KvCacheManager {
             return;
         }
         let cached = request.num_cached_blocks.unwrap_or(0);
-        let full = (num_tokens / self.block_size) as usize;
+        let full = self.full_blocks(num_tokens);
         if cached < full {
             self.cache_new_full_blocks(request, cached, full);
         }

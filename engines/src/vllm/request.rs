@@ -117,12 +117,30 @@ impl Request {
         self.num_tokens() - self.num_prompt_tokens
     }
 
-    /// Append the next planned output token; keys a block it fills when caching.
+    /// Count `tokens` more as computed by a step just scheduled; whether that step samples a
+    /// token for it. Under asynchronous scheduling a token sampled but not yet returned counts
+    /// as an output placeholder.
+    #[inline]
+    pub(crate) fn advance(&mut self, tokens: u32, asynchronous: bool) -> bool {
+        self.num_computed_tokens += tokens;
+        if asynchronous {
+            let complete = self.num_computed_tokens == self.num_tokens() + self.num_output_placeholders;
+            if complete {
+                self.num_output_placeholders += 1;
+            }
+            complete
+        } else {
+            self.num_computed_tokens >= self.num_tokens()
+        }
+    }
+
+    /// Append the next planned output token; keys a block it fills when caching (`block_size`
+    /// a power of two, as every vLLM block size).
     pub(crate) fn append_output(&mut self, hash_block_size: Option<usize>, scratch: &mut Vec<u8>) {
         let k = self.num_output_tokens() as usize;
         self.tokens.push(self.spec.output_token_ids[k]);
         if let Some(block_size) = hash_block_size
-            && self.tokens.len().is_multiple_of(block_size)
+            && self.tokens.len() & (block_size - 1) == 0
         {
             extend_keys(&mut self.block_keys, &self.tokens, block_size, scratch);
         }

@@ -540,6 +540,11 @@ impl Scheduler {
         let mut running_entries = std::mem::take(&mut self.running_entries);
         running_entries.clear();
         let mut preempted_any = false;
+        let asynchronous = limits.async_scheduling;
+        // Under FCFS without a connector no entry leaves the walk's list once in it, and nothing
+        // between the walk and the advance (3.) reads a running request's counters: its part of
+        // the step is written and advanced as the walk passes it, in the same order.
+        let advance_in_walk = self.connector.is_none() && limits.policy == Policy::Fcfs;
 
         // 1. Running requests, in order.
         let mut index = 0;
@@ -571,7 +576,7 @@ impl Scheduler {
                     Some(r) => r,
                     None => unreachable!("running requests exist"),
                 };
-                if kv.allocate_slots(request, n, 0, &[], 0, false, &mut out.blocks) {
+                if kv.allocate_running(request, n, &mut out.blocks) {
                     break true;
                 }
                 let victim = match limits.policy {
@@ -598,7 +603,24 @@ impl Scheduler {
                 break;
             }
             let span = BlockSpan { start, len: out.blocks.len() as u32 - start };
-            running_entries.push((handle, n, computed, span));
+            if advance_in_walk {
+                let request = match &mut self.slots[handle.slot as usize].1 {
+                    Some(r) => r,
+                    None => unreachable!("running requests exist"),
+                };
+                let key = request.spec.key;
+                out.cached.push(Admission::Cached {
+                    key,
+                    resumed: false,
+                    computed,
+                    outputs: request.num_output_tokens() + request.num_output_placeholders,
+                    new_blocks: (span.len > 0).then_some(span),
+                });
+                let samples = request.advance(n, asynchronous);
+                out.scheduled.push(Scheduled { handle, key, tokens: n, context: computed, samples });
+            } else {
+                running_entries.push((handle, n, computed, span));
+            }
             budget -= n;
             index += 1;
         }
@@ -750,6 +772,7 @@ impl Scheduler {
         self.skipped = skipped;
 
         // The step's description, as vLLM's SchedulerOutput lays it out.
+        let advanced = out.scheduled.len();
         for &(handle, n, computed, new_blocks) in &running_entries {
             let request = self.get(handle);
             out.scheduled.push(Scheduled {
@@ -808,23 +831,12 @@ impl Scheduler {
         }
 
         // 3. Advance computed counts; decide which requests sample a token.
-        let asynchronous = limits.async_scheduling;
-        for entry in &mut out.scheduled {
+        for entry in &mut out.scheduled[advanced..] {
             let request = match &mut self.slots[entry.handle.slot as usize].1 {
                 Some(r) => r,
                 None => unreachable!("scheduled requests exist"),
             };
-            request.num_computed_tokens += entry.tokens;
-            entry.samples = if asynchronous {
-                let complete =
-                    request.num_computed_tokens == request.num_tokens() + request.num_output_placeholders;
-                if complete {
-                    request.num_output_placeholders += 1;
-                }
-                complete
-            } else {
-                request.num_computed_tokens >= request.num_tokens()
-            };
+            entry.samples = request.advance(entry.tokens, asynchronous);
         }
         if !out.scheduled.is_empty() {
             self.counters.steps += 1;
