@@ -199,7 +199,9 @@ impl StepShape {
         self.graph = StepGraph::Eager;
     }
 
-    /// Add one request's part and update the totals.
+    /// Add one request's part and update the totals (inlined: engines push every scheduled
+    /// request of every step).
+    #[inline]
     pub fn push(&mut self, request: StepRequest) {
         let t = &mut self.totals;
         let (q, c) = (u64::from(request.new_tokens), u64::from(request.context_tokens));

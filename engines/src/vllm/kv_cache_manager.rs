@@ -283,3 +283,26 @@ impl KvCacheManager {
         self.tables
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::KvCacheManager;
+
+    #[test]
+    fn block_arithmetic_by_shifts_is_division() {
+        for block_size in [1u32, 8, 16, 32, 64, 128] {
+            let kv = KvCacheManager::new(4, block_size, 1 << 20, true);
+            let edges = [u32::MAX, u32::MAX - 1, u32::MAX - block_size, u32::MAX - block_size + 1];
+            for tokens in (0..1_000).chain(edges) {
+                assert_eq!(kv.blocks_holding(tokens), tokens.div_ceil(block_size) as usize, "{tokens}");
+                assert_eq!(kv.full_blocks(tokens), (tokens / block_size) as usize, "{tokens}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "powers of two")]
+    fn a_block_size_not_a_power_of_two_is_a_programming_error() {
+        KvCacheManager::new(4, 12, 1024, true);
+    }
+}
