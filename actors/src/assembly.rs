@@ -172,6 +172,9 @@ pub struct AssemblyOptions {
     pub released_token_ids: bool,
     /// A fault to inject, so a checked run can show its checks catch it (never set by `run`).
     pub fault: Option<Fault>,
+    /// Whether a lone client reads its source and draws its token ids on a thread of its own
+    /// (set for a replication that has a core to spare; the outputs are the same).
+    pub draw_ahead: bool,
 }
 
 /// A deliberate defect a checked run injects to prove an invariant's check fires.
@@ -416,6 +419,8 @@ pub fn assemble(
     served.sort_unstable();
     served.dedup();
     let ledger = CallLedger::new();
+    // One client draws ahead on the core the options give it; several draw as they send.
+    let draw_ahead = options.draw_ahead && sources.len() == 1;
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let model = client_model(client_source.model.as_deref(), &client_source.model_path, &served)?;
         let wiring = ClientWiring {
@@ -430,6 +435,7 @@ pub fn assemble(
             model: Arc::from(model),
             notify_done,
             ledger: ledger.clone(),
+            draw_ahead,
             fairness_id: client_source.fairness_id.as_deref().map(Arc::from),
             slo_ttft_ms: client_source.slo_ttft_ms,
         };

@@ -24,6 +24,7 @@ use blis_kernel::{
     TimeAdvance,
 };
 
+use crate::draws::{DrawAhead, Drawn, NodeDraws, TokenDraws};
 use crate::ledger::CallLedger;
 use crate::message::{CallAbort, CallRequest, ClusterMessage};
 use crate::workload::sampling::draw_duration_us;
@@ -63,6 +64,8 @@ struct LiveRequest {
     exchanges: Vec<Option<Exchange>>,
     children: Vec<Vec<usize>>,
     unsettled: usize,
+    /// Its calls' token ids, when they were drawn ahead.
+    drawn: Option<Drawn>,
 }
 
 /// The token ids of one call: its prompt and the output it will get.
@@ -97,6 +100,9 @@ pub struct ClientWiring {
     pub notify_done: bool,
     /// Where ended requests' call records go.
     pub ledger: CallLedger,
+    /// Whether to read the source and draw its requests' token ids ahead, on a thread of their
+    /// own (the same ids either way).
+    pub draw_ahead: bool,
     /// The fairness-id header its requests carry, if any.
     pub fairness_id: Option<Arc<str>>,
     /// The SLO-TTFT header (ms) its requests carry, if any.
@@ -152,18 +158,17 @@ enum Timer {
 /// One client.
 pub struct Client {
     name: String,
-    component: String,
     index: u32,
     me: ActorId,
     router: ActorId,
     delay_to_router: SimDuration,
-    vocab_size: u32,
-    streams: Streams,
-    source: Box<dyn RequestSource>,
+    draws: TokenDraws,
+    supply: Supply,
     pacing: Pacing,
     think_times: Substream,
-    /// The next request of the source, not yet released.
+    /// The next request of the source, not yet released, and its ids if drawn ahead.
     upcoming: Option<Planned>,
+    upcoming_drawn: Option<Drawn>,
     stage: u32,
     /// When the current stage began (`A_s`) and its time origin (`T0`), µs.
     stage_origin_us: u64,
@@ -193,6 +198,14 @@ pub struct Client {
     last_transition: SimTime,
 }
 
+/// Where a client's requests come from.
+enum Supply {
+    /// Its source, read as requests arrive; their ids are drawn as their calls are sent.
+    Direct(Box<dyn RequestSource>),
+    /// Its source read, and the ids drawn, ahead on a thread of their own.
+    Ahead(DrawAhead),
+}
+
 impl Client {
     /// A client named `name` playing `source`, wired into the cluster by `wiring`.
     pub fn new(name: &str, source: Box<dyn RequestSource>, wiring: ClientWiring) -> Client {
@@ -208,23 +221,31 @@ impl Client {
             model,
             notify_done,
             ledger,
+            draw_ahead,
             fairness_id,
             slo_ttft_ms,
         } = wiring;
         let component = format!("client/{name}");
+        let think_times = streams.stream(&component, "closed-loop-think-time", "");
+        let draws = TokenDraws::new(streams, component, vocab_size);
+        let pacing = source.pacing();
+        let supply = if draw_ahead {
+            Supply::Ahead(DrawAhead::start(source, draws.clone()))
+        } else {
+            Supply::Direct(source)
+        };
         let mut client = Client {
             name: name.to_owned(),
-            think_times: streams.stream(&component, "closed-loop-think-time", ""),
-            component,
+            think_times,
             index,
             me,
             router,
             delay_to_router,
-            vocab_size,
-            streams,
-            pacing: source.pacing(),
-            source,
+            draws,
+            supply,
+            pacing,
             upcoming: None,
+            upcoming_drawn: None,
             stage: 0,
             stage_origin_us: 0,
             stage_start_us: 0,
@@ -247,7 +268,7 @@ impl Client {
             notify_done,
             last_transition: SimTime::ZERO,
         };
-        client.upcoming = client.source.next_request();
+        client.take_upcoming();
         if let Pacing::StagesAfterCompletion { lead_us, .. } = client.pacing {
             client.stage_start_us = lead_us;
         }
@@ -276,7 +297,21 @@ impl Client {
 
     /// Why the client's source ended early, if it did.
     pub fn source_error(&self) -> Option<&FieldError> {
-        self.source.error()
+        match &self.supply {
+            Supply::Direct(source) => source.error(),
+            Supply::Ahead(ahead) => ahead.error(),
+        }
+    }
+
+    /// Take the source's next request as the upcoming one.
+    fn take_upcoming(&mut self) {
+        (self.upcoming, self.upcoming_drawn) = match &mut self.supply {
+            Supply::Direct(source) => (source.next_request(), None),
+            Supply::Ahead(ahead) => match ahead.next_request() {
+                Some((planned, drawn)) => (Some(planned), Some(drawn)),
+                None => (None, None),
+            },
+        };
     }
 
     /// The requests released, as released (when the client was asked to keep them).
@@ -304,7 +339,8 @@ impl Client {
     /// Admit the upcoming request at `now_us` and release its roots.
     fn arrive(&mut self, now_us: u64, out: &mut Outbox<ClusterMessage>) {
         let Some(planned) = self.upcoming.take() else { return };
-        self.upcoming = self.source.next_request();
+        let drawn = self.upcoming_drawn.take();
+        self.take_upcoming();
         let sequence = self.arrived;
         self.arrived += 1;
         self.last_arrival_us = now_us;
@@ -376,6 +412,7 @@ impl Client {
                 calls,
                 children,
                 spec,
+                drawn,
             },
         );
         for i in 0..n {
@@ -414,35 +451,39 @@ impl Client {
     /// part's ids recomputed from the earlier node's).
     fn prompt_of(&self, spec: &RequestSpec, node: usize) -> Vec<u32> {
         let NodeKind::Llm(call) = &spec.nodes[node].kind else { return Vec::new() };
-        self.prompt_ids(spec, node, call, &mut |earlier, prompt| {
+        self.prompt_ids(spec, node, call, None, &mut |earlier, prompt| {
             prompt.extend(self.prompt_of(spec, earlier));
             if let NodeKind::Llm(earlier_call) = &spec.nodes[earlier].kind {
-                self.output_ids(&spec.id, &spec.nodes[earlier].id, earlier_call.output_tokens, prompt);
+                let earlier_id = &spec.nodes[earlier].id;
+                self.draws.output_tokens(&spec.id, earlier_id, earlier_call.output_tokens, prompt);
             }
         })
     }
 
-    /// The prompt ids of LLM node `node` of `spec`; `history` appends the prompt and output ids
-    /// of an earlier node a history part names.
+    /// The prompt ids of LLM node `node` of `spec`, from `drawn` where its parts were drawn
+    /// ahead; `history` appends the prompt and output ids of an earlier node a history part
+    /// names.
     fn prompt_ids(
         &self,
         spec: &RequestSpec,
         node: usize,
         call: &LlmCall,
+        drawn: Option<&NodeDraws>,
         history: &mut dyn FnMut(usize, &mut Vec<u32>),
     ) -> Vec<u32> {
         let mut prompt = Vec::new();
         let node_id = &spec.nodes[node].id;
         for (j, part) in call.prompt.iter().enumerate() {
+            if let Some(ids) = drawn.and_then(|d| d.parts[j].as_deref()) {
+                prompt.extend_from_slice(ids);
+                continue;
+            }
             match part {
                 PromptPart::Tokens(count) => {
-                    let key = format!("{}/{node_id}/{j}", spec.id);
-                    self.token_ids(&self.component, "prompt-tokens", &key, *count, &mut prompt);
+                    self.draws.prompt_tokens(&spec.id, node_id, j, *count, &mut prompt)
                 }
                 PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
-                PromptPart::Shared { name, tokens } => {
-                    self.token_ids("workload", "shared-tokens", name, *tokens, &mut prompt);
-                }
+                PromptPart::Shared { name, tokens } => self.draws.shared_tokens(name, *tokens, &mut prompt),
                 PromptPart::History(of) => {
                     let earlier = spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
                     history(earlier, &mut prompt);
@@ -452,25 +493,20 @@ impl Client {
         prompt
     }
 
-    /// The output ids of node `node_id` of request `request`, fixed in advance, appended to
-    /// `into`.
-    fn output_ids(&self, request: &str, node_id: &str, count: u32, into: &mut Vec<u32>) {
-        self.token_ids(&self.component, "output-tokens", &format!("{request}/{node_id}"), count, into);
-    }
-
     /// The prompt ids of an LLM node, its history from the exchanges already made.
-    fn prompt(&self, request: &LiveRequest, node: usize, call: &LlmCall) -> Vec<u32> {
-        self.prompt_ids(&request.spec, node, call, &mut |earlier, prompt| {
+    fn prompt(
+        &self,
+        request: &LiveRequest,
+        node: usize,
+        call: &LlmCall,
+        drawn: Option<&NodeDraws>,
+    ) -> Vec<u32> {
+        self.prompt_ids(&request.spec, node, call, drawn, &mut |earlier, prompt| {
             let exchange =
                 request.exchanges[earlier].as_ref().expect("a history node finished before its descendant");
             prompt.extend_from_slice(&exchange.prompt);
             prompt.extend_from_slice(&exchange.output);
         })
-    }
-
-    /// `count` token ids from the substream `(component, purpose, item)`, appended to `into`.
-    fn token_ids(&self, component: &str, purpose: &str, item: &str, count: u32, into: &mut Vec<u32>) {
-        self.streams.stream(component, purpose, item).extend_below(self.vocab_size, count as usize, into);
     }
 
     fn send(
@@ -481,13 +517,23 @@ impl Client {
         now_us: u64,
         out: &mut Outbox<ClusterMessage>,
     ) {
+        let drawn = self.live.get_mut(&live).and_then(|r| r.drawn.as_mut()).and_then(|d| d.take(node));
         let request = &self.live[&live];
         let index = request.calls[node].expect("an LLM node has a call");
         let record = &self.calls[&index];
-        let prompt: Arc<[u32]> = self.prompt(request, node, call).into();
-        let mut output = Vec::new();
-        self.output_ids(&request.spec.id, &request.spec.nodes[node].id, call.output_tokens, &mut output);
-        let output: Arc<[u32]> = output.into();
+        let prompt: Arc<[u32]> = self.prompt(request, node, call, drawn.as_ref()).into();
+        let output: Arc<[u32]> = match &drawn {
+            Some(drawn) => Arc::from(drawn.output.as_slice()),
+            None => {
+                let mut output = Vec::new();
+                let node_id = &request.spec.nodes[node].id;
+                self.draws.output_tokens(&request.spec.id, node_id, call.output_tokens, &mut output);
+                output.into()
+            }
+        };
+        if let (Some(drawn), Supply::Ahead(ahead)) = (drawn, &self.supply) {
+            ahead.give_back(drawn);
+        }
         let key = record.key;
         let engine_request = EngineRequest {
             key,

@@ -15,6 +15,7 @@ mod assembly;
 pub mod calls_comparison;
 mod calls_out;
 mod client;
+mod draws;
 mod engine_host;
 pub mod experiment;
 pub mod fabric;

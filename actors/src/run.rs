@@ -221,6 +221,7 @@ pub fn run_observed(
         keep_released: options.export_workload,
         released_token_ids: options.export_token_ids,
         fault: None,
+        draw_ahead: false,
     };
     let seeds: Vec<u64> = (0..replications).map(|r| replication_seed(seed, r)).collect();
     let threads = options.threads.unwrap_or_else(default_threads).max(1);

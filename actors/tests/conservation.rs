@@ -115,6 +115,7 @@ fn kv_blocks_are_conserved_after_every_step_under_preemption() {
             keep_released: false,
             released_token_ids: false,
             fault: None,
+            draw_ahead: false,
         },
     )
     .unwrap();

@@ -215,6 +215,7 @@ fn checked(text: &str) -> Vec<blis_actors::EngineHost> {
             keep_released: false,
             released_token_ids: false,
             fault: None,
+            draw_ahead: false,
         },
     )
     .unwrap();
@@ -354,6 +355,7 @@ fn every_pd_example_scenario_assembles() {
             keep_released: false,
             released_token_ids: false,
             fault: None,
+            draw_ahead: false,
         };
         if let Err(e) = assemble(&scenario, 1, &CostData::embedded(), &options) {
             panic!("{}: {e}", path.display());

@@ -175,6 +175,46 @@ fn a_dag_releases_parallel_branches_together_and_a_join_after_both() {
 }
 
 #[test]
+fn a_lone_client_drawing_its_token_ids_ahead_sends_the_same_calls() {
+    // With a core to spare (one replication, two threads or more) a lone client reads its
+    // source and draws its ids on a thread of its own; with one thread it draws each call's ids
+    // as it sends it. Every prompt part is here: drawn tokens, given ids, a shared part, a
+    // history (of a call that timed out, too), a tool between calls; the prefix hits, the
+    // timeouts and the input lengths all depend on the ids.
+    let lines: Vec<String> = (0..80)
+        .map(|i| {
+            let arrival = 1000 + i * 150_000;
+            format!(
+                r#"{{"id":"r{i}","arrival_us":{arrival},"nodes":[{{"kind":"llm","id":"a","prompt":[{{"shared":{{"name":"system-{}","tokens":{}}}}},{{"tokens":{}}},{{"token_ids":[1,2,3,{i}]}}],"output_tokens":{},"timeout_us":{}}},{{"kind":"tool","id":"t","parents":["a"],"duration_us":20000}},{{"kind":"llm","id":"b","parents":["t"],"prompt":[{{"history":"a"}},{{"tokens":{}}}],"output_tokens":{}}}]}}"#,
+                i % 3,
+                64 + 16 * (i % 5),
+                100 + 37 * i,
+                10 + i % 50,
+                if i % 7 == 0 { 30_000 } else { 60_000_000 },
+                5 + i % 11,
+                3 + i % 13,
+            )
+        })
+        .collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let (text, dir) = replay_scenario("draw-ahead", &lines, "");
+    let with = |threads: usize| {
+        let options =
+            RunOptions { base_dir: Some(dir.clone()), threads: Some(threads), ..RunOptions::default() };
+        run(&text, options, &mut |_| {}).unwrap()
+    };
+    let one = with(1);
+    let f = one.result.fates;
+    assert!(f.conserved() && f.completed > 100 && f.timed_out > 0 && f.not_started > 0, "{f:?}");
+    assert!(one.calls.iter().any(|c| c.cached_tokens > 0), "later calls hit the shared parts and histories");
+    for threads in [2, 3] {
+        let other = with(threads);
+        assert!(one.calls_jsonl() == other.calls_jsonl(), "calls on one thread against {threads}");
+        assert!(one.result_json() == other.result_json(), "result on one thread against {threads}");
+    }
+}
+
+#[test]
 fn a_later_turn_hits_the_prefix_cache_on_the_earlier_prompt_and_output() {
     let workload = r#"
   clients:
@@ -242,6 +282,7 @@ fn timeouts_abort_at_the_engine_and_free_its_blocks_and_every_call_has_one_fate(
         keep_released: false,
         released_token_ids: false,
         fault: None,
+        draw_ahead: false,
     };
     let mut cluster = assemble(&scenario, 21, &CostData::embedded(), &options).unwrap();
     cluster.simulation.run().unwrap();

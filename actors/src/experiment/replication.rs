@@ -117,7 +117,8 @@ pub enum Accounting {
     /// On a second thread, when the run has a core to spare: the simulation hands each slice's
     /// records over and frees them when they come back (so the thread that allocated a record's
     /// strings and latencies frees them; only the batches' own buffers cross), the same records
-    /// in the same order, so the outputs are the same bytes.
+    /// in the same order, so the outputs are the same bytes. The spare core also reads a lone
+    /// client's source and draws its token ids ahead ([`AssemblyOptions::draw_ahead`]).
     Threaded,
 }
 
@@ -162,7 +163,8 @@ pub fn run_replication(
     accounting: Accounting,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(ReplicationRun, Observers), RunError> {
-    let cluster = assemble(scenario, seed, data, options).map_err(RunError::Input)?;
+    let options = AssemblyOptions { draw_ahead: accounting == Accounting::Threaded, ..options.clone() };
+    let cluster = assemble(scenario, seed, data, &options).map_err(RunError::Input)?;
     if let Some(out) = calls.as_deref_mut() {
         out.begin(cluster.served.clone()).map_err(|e| RunError::Output(e.to_string()))?;
     }

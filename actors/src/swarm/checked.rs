@@ -61,6 +61,7 @@ pub fn run_checked(
         keep_released: false,
         released_token_ids: false,
         fault: options.fault,
+        draw_ahead: false,
     };
     // Every call record, kept in memory in file order (no file is written).
     let mut calls_out = CallsOut::new(CallSelection::All, None, seed, swarm_header(), CallsDigest::Computed)

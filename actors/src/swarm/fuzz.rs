@@ -225,6 +225,7 @@ fn simulate(text: &str, data: &CostData, dir: &Path) -> Result<FuzzOutcome, Fiel
         keep_released: false,
         released_token_ids: false,
         fault: None,
+        draw_ahead: false,
     };
     let mut cluster = assemble(&scenario, scenario.seed.unwrap_or(1), data, &options)?;
     match cluster.simulation.run_rounds(blis_kernel::SimTime::MAX, ROUND_BUDGET) {

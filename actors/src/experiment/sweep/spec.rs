@@ -180,6 +180,7 @@ impl Base {
             keep_released: false,
             released_token_ids: false,
             fault: None,
+            draw_ahead: false,
         };
         match assemble(&scenario, self.seed, data, &options) {
             Ok(_) => Ok(None),

@@ -1,0 +1,337 @@
+//! A client's token ids: drawn from the run's named substreams as each call is sent, or ahead of
+//! the simulation on a thread of their own.
+//!
+//! Every id comes from a substream named by the client, the request, the node and the prompt
+//! part (a shared part by its name), so the ids do not depend on when or where they are drawn:
+//! a client that reads its source and draws its requests' ids ahead, on another core, sends the
+//! same ids as one that draws them as it sends.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::thread::JoinHandle;
+
+use blis_contracts::{FieldError, NodeKind, PromptPart, RequestSpec};
+use blis_kernel::Streams;
+
+use crate::workload::{Planned, RequestSource};
+
+/// Requests handed over at a time: one hand-over (and at most one wake-up of either thread) per
+/// batch, not per request.
+const BATCH: usize = 32;
+
+/// Batches drawn ahead of the simulation, at most.
+const BATCHES_AHEAD: usize = 2;
+
+/// The substreams a client's token ids come from.
+#[derive(Clone, Debug)]
+pub(crate) struct TokenDraws {
+    streams: Streams,
+    component: String,
+    vocab_size: u32,
+}
+
+impl TokenDraws {
+    /// The draws of the client whose substreams are named by `component`, each id below
+    /// `vocab_size`.
+    pub(crate) fn new(streams: Streams, component: String, vocab_size: u32) -> TokenDraws {
+        TokenDraws { streams, component, vocab_size }
+    }
+
+    /// `count` ids of prompt part `part` of node `node` of request `request`, appended to `into`.
+    pub(crate) fn prompt_tokens(
+        &self,
+        request: &str,
+        node: &str,
+        part: usize,
+        count: u32,
+        into: &mut Vec<u32>,
+    ) {
+        let item = format!("{request}/{node}/{part}");
+        self.ids(&self.component, "prompt-tokens", &item, count, into);
+    }
+
+    /// The ids of the shared part `name`, `count` long, appended to `into`.
+    pub(crate) fn shared_tokens(&self, name: &str, count: u32, into: &mut Vec<u32>) {
+        self.ids("workload", "shared-tokens", name, count, into);
+    }
+
+    /// The `count` output ids of node `node` of request `request`, appended to `into`.
+    pub(crate) fn output_tokens(&self, request: &str, node: &str, count: u32, into: &mut Vec<u32>) {
+        self.ids(&self.component, "output-tokens", &format!("{request}/{node}"), count, into);
+    }
+
+    fn ids(&self, component: &str, purpose: &str, item: &str, count: u32, into: &mut Vec<u32>) {
+        self.streams.stream(component, purpose, item).extend_below(self.vocab_size, count as usize, into);
+    }
+
+    /// Every id the calls of `spec` draw, into buffers taken from `spare`.
+    fn draw_request(&self, spec: &RequestSpec, spare: &mut Vec<Vec<u32>>) -> Drawn {
+        let mut buffer = || {
+            let mut ids = spare.pop().unwrap_or_default();
+            ids.clear();
+            ids
+        };
+        let nodes = spec
+            .nodes
+            .iter()
+            .map(|node| {
+                let NodeKind::Llm(call) = &node.kind else { return None };
+                let parts = call
+                    .prompt
+                    .iter()
+                    .enumerate()
+                    .map(|(j, part)| match part {
+                        PromptPart::Tokens(count) => {
+                            let mut ids = buffer();
+                            self.prompt_tokens(&spec.id, &node.id, j, *count, &mut ids);
+                            Some(ids)
+                        }
+                        PromptPart::Shared { name, tokens } => {
+                            let mut ids = buffer();
+                            self.shared_tokens(name, *tokens, &mut ids);
+                            Some(ids)
+                        }
+                        PromptPart::TokenIds(_) | PromptPart::History(_) => None,
+                    })
+                    .collect();
+                let mut output = buffer();
+                self.output_tokens(&spec.id, &node.id, call.output_tokens, &mut output);
+                Some(NodeDraws { parts, output })
+            })
+            .collect();
+        Drawn { nodes }
+    }
+}
+
+/// The ids a request's calls draw, drawn ahead: for each node, an LLM node's draws.
+#[derive(Debug)]
+pub(crate) struct Drawn {
+    nodes: Vec<Option<NodeDraws>>,
+}
+
+impl Drawn {
+    /// Node `node`'s draws, taken (none for a node that is not an LLM call).
+    pub(crate) fn take(&mut self, node: usize) -> Option<NodeDraws> {
+        self.nodes.get_mut(node).and_then(Option::take)
+    }
+}
+
+/// One LLM call's ids drawn ahead: its prompt parts in order (none for a part that draws
+/// nothing: token ids given, or a history) and its output.
+#[derive(Debug)]
+pub(crate) struct NodeDraws {
+    /// The prompt parts' ids.
+    pub(crate) parts: Vec<Option<Vec<u32>>>,
+    /// The output ids.
+    pub(crate) output: Vec<u32>,
+}
+
+/// What the drawing thread hands the client.
+enum Ahead {
+    /// The source's next requests, in order, their ids drawn.
+    Requests(Vec<(Planned, Drawn)>),
+    /// The source is exhausted; why, if it ended early.
+    End(Option<FieldError>),
+}
+
+/// A client's source read, and its requests' ids drawn, on a thread of their own, up to
+/// [`BATCHES_AHEAD`] batches of [`BATCH`] requests ahead; spent buffers go back to be reused
+/// there, so they are freed by the thread that allocated them.
+pub(crate) struct DrawAhead {
+    requests: Option<Receiver<Ahead>>,
+    /// The batch being taken, in order.
+    batch: VecDeque<(Planned, Drawn)>,
+    spent: Sender<NodeDraws>,
+    thread: Option<JoinHandle<()>>,
+    /// What the source's end reported, once it has been read.
+    ended: Option<Option<FieldError>>,
+}
+
+impl DrawAhead {
+    /// Start reading `source` and drawing with `draws`.
+    pub(crate) fn start(mut source: Box<dyn RequestSource>, draws: TokenDraws) -> DrawAhead {
+        let (to_client, requests) = sync_channel::<Ahead>(BATCHES_AHEAD);
+        let (spent, from_client) = channel::<NodeDraws>();
+        let thread = std::thread::Builder::new()
+            .name("token-draws".to_owned())
+            .spawn(move || draw_ahead(&mut *source, &draws, &to_client, &from_client))
+            .expect("the platform starts a thread");
+        DrawAhead {
+            requests: Some(requests),
+            batch: VecDeque::new(),
+            spent,
+            thread: Some(thread),
+            ended: None,
+        }
+    }
+
+    /// The source's next request and its ids; `None` at the end.
+    pub(crate) fn next_request(&mut self) -> Option<(Planned, Drawn)> {
+        if let Some(request) = self.batch.pop_front() {
+            return Some(request);
+        }
+        if self.ended.is_some() {
+            return None;
+        }
+        let received = self.requests.as_ref().map(Receiver::recv);
+        match received {
+            Some(Ok(Ahead::Requests(batch))) => {
+                self.batch = batch.into();
+                self.batch.pop_front()
+            }
+            Some(Ok(Ahead::End(error))) => {
+                self.ended = Some(error);
+                None
+            }
+            // The thread stopped without an end: it panicked, and the panic is the run's.
+            Some(Err(_)) | None => {
+                self.requests = None;
+                if let Some(Err(panic)) = self.thread.take().map(JoinHandle::join) {
+                    std::panic::resume_unwind(panic);
+                }
+                unreachable!("the drawing thread ends its stream before it stops")
+            }
+        }
+    }
+
+    /// Why the source ended early, once its end has been read.
+    pub(crate) fn error(&self) -> Option<&FieldError> {
+        self.ended.as_ref().and_then(Option::as_ref)
+    }
+
+    /// Hand a call's spent buffers back to the drawing thread.
+    pub(crate) fn give_back(&self, draws: NodeDraws) {
+        // A thread already stopped has no use for them; they are freed here.
+        let _ = self.spent.send(draws);
+    }
+}
+
+impl Drop for DrawAhead {
+    fn drop(&mut self) {
+        // Closing the stream stops a thread waiting to hand over a request.
+        self.requests = None;
+        if let Some(thread) = self.thread.take() {
+            // A panic after the client stopped reading changed nothing the run reports.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The drawing thread: every request of `source` with its ids, in order, then the end.
+fn draw_ahead(
+    source: &mut dyn RequestSource,
+    draws: &TokenDraws,
+    to_client: &SyncSender<Ahead>,
+    spent: &Receiver<NodeDraws>,
+) {
+    let mut spare: Vec<Vec<u32>> = Vec::new();
+    loop {
+        for returned in spent.try_iter() {
+            spare.extend(returned.parts.into_iter().flatten());
+            spare.push(returned.output);
+        }
+        let mut batch = Vec::with_capacity(BATCH);
+        while batch.len() < BATCH
+            && let Some(planned) = source.next_request()
+        {
+            let drawn = draws.draw_request(&planned.spec, &mut spare);
+            batch.push((planned, drawn));
+        }
+        let last = batch.len() < BATCH;
+        // A send fails when the client is gone (the run stopped before its source ended).
+        if !batch.is_empty() && to_client.send(Ahead::Requests(batch)).is_err() {
+            return;
+        }
+        if last {
+            let _ = to_client.send(Ahead::End(source.error().cloned()));
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Pacing;
+
+    /// Requests from a list, then an end with `error`.
+    struct Listed(std::vec::IntoIter<RequestSpec>, Option<FieldError>);
+
+    impl RequestSource for Listed {
+        fn pacing(&self) -> Pacing {
+            Pacing::Open
+        }
+
+        fn next_request(&mut self) -> Option<Planned> {
+            self.0.next().map(|spec| Planned { spec, stage: 0 })
+        }
+
+        fn error(&self) -> Option<&FieldError> {
+            self.1.as_ref()
+        }
+    }
+
+    fn requests(count: usize) -> Vec<RequestSpec> {
+        (0..count)
+            .map(|i| {
+                let line = format!(
+                    r#"{{"id":"r{i}","arrival_us":{i},"nodes":[{{"kind":"llm","id":"a","prompt":[{{"shared":{{"name":"s{}","tokens":30}}}},{{"tokens":{}}},{{"token_ids":[7]}}],"output_tokens":{}}},{{"kind":"tool","id":"t","parents":["a"],"duration_us":5}},{{"kind":"llm","id":"b","parents":["t"],"prompt":[{{"history":"a"}},{{"tokens":3}}],"output_tokens":2}}]}}"#,
+                    i % 2,
+                    1 + i % 9,
+                    1 + i % 4
+                );
+                serde_json::from_str(&line).unwrap()
+            })
+            .collect()
+    }
+
+    fn draws() -> TokenDraws {
+        TokenDraws::new(Streams::new(5), "client/c".to_owned(), 1000)
+    }
+
+    #[test]
+    fn drawn_ahead_the_requests_come_in_order_with_the_ids_drawn_as_sent_then_the_sources_end() {
+        let count = 3 * BATCH + 5;
+        let error = FieldError::new("workload.path", "w.jsonl", "changed after it was checked");
+        let mut ahead =
+            DrawAhead::start(Box::new(Listed(requests(count).into_iter(), Some(error.clone()))), draws());
+        let direct = draws();
+        for spec in requests(count) {
+            let (planned, mut drawn) = ahead.next_request().expect("every request comes");
+            assert_eq!(planned.spec, spec);
+            let a = drawn.take(0).expect("node a is a call");
+            let mut shared = Vec::new();
+            direct.shared_tokens(
+                &format!("s{}", spec.id[1..].parse::<usize>().unwrap() % 2),
+                30,
+                &mut shared,
+            );
+            assert_eq!(a.parts[0].as_deref(), Some(&shared[..]));
+            let mut own = Vec::new();
+            let NodeKind::Llm(call) = &spec.nodes[0].kind else { unreachable!() };
+            let PromptPart::Tokens(n) = call.prompt[1] else { unreachable!() };
+            direct.prompt_tokens(&spec.id, "a", 1, n, &mut own);
+            assert_eq!(a.parts[1].as_deref(), Some(&own[..]));
+            assert_eq!(a.parts[2], None, "given ids are not drawn");
+            let mut output = Vec::new();
+            direct.output_tokens(&spec.id, "a", call.output_tokens, &mut output);
+            assert_eq!(a.output, output);
+            assert!(drawn.take(1).is_none(), "a tool draws nothing");
+            let b = drawn.take(2).expect("node b is a call");
+            assert_eq!(b.parts[0], None, "a history is the earlier call's, not drawn");
+            ahead.give_back(a);
+            ahead.give_back(b);
+        }
+        assert!(ahead.next_request().is_none());
+        assert_eq!(ahead.error(), Some(&error));
+        assert!(ahead.next_request().is_none(), "the end stays the end");
+    }
+
+    #[test]
+    fn a_client_that_stops_reading_stops_the_drawing_thread() {
+        let mut ahead = DrawAhead::start(Box::new(Listed(requests(10 * BATCH).into_iter(), None)), draws());
+        assert!(ahead.next_request().is_some());
+        // Dropping joins the thread, which is waiting to hand over a batch: no hang.
+        drop(ahead);
+    }
+}
