@@ -159,6 +159,9 @@ impl PlannedPool {
     }
 }
 
+/// Clients that may each draw their token ids ahead on a thread of their own.
+const DRAWING_CLIENTS: usize = 4;
+
 /// How to assemble a cluster, beyond the scenario.
 #[derive(Clone, Debug)]
 pub struct AssemblyOptions {
@@ -172,8 +175,8 @@ pub struct AssemblyOptions {
     pub released_token_ids: bool,
     /// A fault to inject, so a checked run can show its checks catch it (never set by `run`).
     pub fault: Option<Fault>,
-    /// Whether a lone client reads its source and draws its token ids on a thread of its own
-    /// (set for a replication that has a core to spare; the outputs are the same).
+    /// Whether each client (of a few) reads its source and draws its token ids on a thread of
+    /// its own (set for a replication that has a core to spare; the outputs are the same).
     pub draw_ahead: bool,
 }
 
@@ -419,8 +422,9 @@ pub fn assemble(
     served.sort_unstable();
     served.dedup();
     let ledger = CallLedger::new();
-    // One client draws ahead on the core the options give it; several draw as they send.
-    let draw_ahead = options.draw_ahead && sources.len() == 1;
+    // A few clients draw ahead, each on a thread of its own, on the core the options give them
+    // (their draws are the same work wherever they run); more draw as they send.
+    let draw_ahead = options.draw_ahead && sources.len() <= DRAWING_CLIENTS;
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let model = client_model(client_source.model.as_deref(), &client_source.model_path, &served)?;
         let wiring = ClientWiring {

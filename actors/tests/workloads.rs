@@ -215,6 +215,20 @@ fn a_lone_client_drawing_its_token_ids_ahead_sends_the_same_calls() {
 }
 
 #[test]
+fn clients_drawing_their_token_ids_ahead_send_the_same_calls() {
+    // Two clients, one with sessions and shared prefixes, one a closed loop: each draws ahead
+    // on its own thread when the run has a core to spare.
+    let text = scenario("", MIXED);
+    let with = |threads: usize| {
+        run(&text, RunOptions { threads: Some(threads), ..RunOptions::default() }, &mut |_| {}).unwrap()
+    };
+    let one = with(1);
+    assert!(one.calls.iter().any(|c| c.cached_tokens > 0), "the shared prefixes and histories hit");
+    let two = with(2);
+    assert!(one.calls_jsonl() == two.calls_jsonl() && one.result_json() == two.result_json());
+}
+
+#[test]
 fn a_later_turn_hits_the_prefix_cache_on_the_earlier_prompt_and_output() {
     let workload = r#"
   clients:

@@ -61,7 +61,7 @@ enum Command {
         #[arg(long)]
         replications: Option<u32>,
         /// Threads to run replications on (default: every core; a thread no replication takes
-        /// writes replication 0's calls and draws a lone client's token ids ahead); outputs never
+        /// writes replication 0's calls and draws its clients' token ids ahead); outputs never
         /// depend on it.
         #[arg(long)]
         threads: Option<usize>,

@@ -117,8 +117,8 @@ pub enum Accounting {
     /// On a second thread, when the run has a core to spare: the simulation hands each slice's
     /// records over and frees them when they come back (so the thread that allocated a record's
     /// strings and latencies frees them; only the batches' own buffers cross), the same records
-    /// in the same order, so the outputs are the same bytes. The spare core also reads a lone
-    /// client's source and draws its token ids ahead ([`AssemblyOptions::draw_ahead`]).
+    /// in the same order, so the outputs are the same bytes. The spare core also reads the
+    /// clients' sources and draws their token ids ahead ([`AssemblyOptions::draw_ahead`]).
     Threaded,
 }
 
