@@ -12,9 +12,9 @@
 //! order, and a lookup returns the first.
 //!
 //! The cache index is an open-addressing table keyed by the blocks' [`BlockKey`] bits (linear
-//! probing, backward-shift deletion, at most half full): it is only ever looked up, never
-//! iterated, so its layout cannot reach any decision. The blocks sharing a key form a list
-//! threaded through per-block arrays, so caching a block allocates nothing.
+//! probing, backward-shift deletion, at most half full, 8-byte slots): it is only ever looked
+//! up, never iterated, so its layout cannot reach any decision. The blocks sharing a key form a
+//! list threaded through per-block arrays, so caching a block allocates nothing.
 //!
 //! The free queue is a ring of block ids in queue order, each entry with the block's folded key
 //! (zero when it is not cached), each block remembering its position; taking a block from the
@@ -344,15 +344,18 @@ impl BlockPool {
     /// Append `id` to the blocks cached under `key`.
     fn link(&mut self, id: BlockId, key: BlockKey) {
         let slot = self.index.find_or_insert(key, &self.blocks);
-        let last = self.index.slots[slot].last;
-        self.blocks[id as usize].same_prev = last;
+        let first = self.index.slots[slot].first;
         self.blocks[id as usize].same_next = NONE;
-        if last == NONE {
+        if first == NONE {
             self.index.slots[slot].first = id;
+            self.blocks[id as usize].same_prev = id;
         } else {
+            let last = self.blocks[first as usize].same_prev;
             self.blocks[last as usize].same_next = id;
+            self.blocks[id as usize].same_prev = last;
+            self.blocks[first as usize].same_prev = id;
+            self.index.slots[slot].tag |= SHARED_TAG;
         }
-        self.index.slots[slot].last = id;
     }
 
     /// Evict `id` from the cache if it is cached; `folded` is its folded key as queued (zero
@@ -369,24 +372,26 @@ impl BlockPool {
         }
         let slot = self.index.find_block(folded, id, &self.blocks).expect("a cached block's key is indexed");
         self.blocks[id as usize].cached = false;
-        let (first, last) = (self.index.slots[slot].first, self.index.slots[slot].last);
-        let (prev, next) = if first == id && last == id {
-            (NONE, NONE)
-        } else {
-            (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next)
-        };
-        if prev == NONE {
-            self.index.slots[slot].first = next;
-        } else {
-            self.blocks[prev as usize].same_next = next;
-        }
-        if next == NONE {
-            self.index.slots[slot].last = prev;
-        } else {
-            self.blocks[next as usize].same_prev = prev;
-        }
-        if self.index.slots[slot].first == NONE {
+        let Slot { tag, first } = self.index.slots[slot];
+        if tag & SHARED_TAG == 0 {
+            debug_assert_eq!(first, id, "a key with one block has it first");
             self.index.remove(slot);
+        } else {
+            let (prev, next) = (self.blocks[id as usize].same_prev, self.blocks[id as usize].same_next);
+            let first = if first == id {
+                // The next block becomes the first, and keeps the list's last (the first's prev).
+                self.index.slots[slot].first = next;
+                self.blocks[next as usize].same_prev = prev;
+                next
+            } else {
+                self.blocks[prev as usize].same_next = next;
+                let tail_holder = if next == NONE { first } else { next };
+                self.blocks[tail_holder as usize].same_prev = prev;
+                first
+            };
+            if self.blocks[first as usize].same_next == NONE {
+                self.index.slots[slot].tag &= !SHARED_TAG;
+            }
         }
         if self.record_events {
             self.events.events.push(KvEvent::BlockRemoved { hash: self.event_hashes[id as usize] });
@@ -507,7 +512,9 @@ struct Block {
     key: [u64; 2],
     /// Its position in the free queue ([`NOT_QUEUED`] unless free).
     queue_position: u64,
-    /// Its neighbours among the blocks cached under the same key, in the order cached.
+    /// Its neighbours among the blocks cached under the same key, in the order cached; the
+    /// first block's `same_prev` is the last (so a key's slot need not keep it), the last's
+    /// `same_next` is `NONE`.
     same_prev: u32,
     same_next: u32,
     /// Requests holding it (the null block counts 1).
@@ -533,17 +540,30 @@ impl Block {
     }
 }
 
-/// One key's entry in the cache index: the key folded to 64 bits, and the first and last block
-/// cached under it (`first` is `NONE` in an empty slot). The full key is the first block's, so
-/// a slot is 16 bytes; two keys folding alike get a slot each.
+/// One key's entry in the cache index: the low bits of its folded key (which place it) with
+/// [`SHARED_TAG`], and the first block cached under it (`NONE` in an empty slot). The full key
+/// is the first block's, so a slot is 8 bytes and eight share a cache line; two keys whose tags
+/// agree get a slot each.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
-    folded: u64,
+    tag: u32,
     first: u32,
-    last: u32,
 }
 
-const EMPTY: Slot = Slot { folded: 0, first: NONE, last: NONE };
+const EMPTY: Slot = Slot { tag: 0, first: NONE };
+
+/// The bits of a folded key a slot's tag keeps (a table has at most `2^31` slots, so they hold
+/// every bit that places a key).
+const TAG_FOLD: u32 = (1 << 31) - 1;
+
+/// The tag's bit set while more than one block is cached under the key: a key's only block is
+/// evicted without reading it.
+const SHARED_TAG: u32 = 1 << 31;
+
+/// A folded key's tag bits.
+fn tag_of(folded: u64) -> u32 {
+    folded as u32 & TAG_FOLD
+}
 
 /// The bit every folded key has set, so that a folded key is never zero (the free queue's
 /// mark of a block that is not cached); an index's home slot comes from the low bits.
@@ -567,6 +587,7 @@ impl CacheIndex {
     /// An index for up to `capacity` keys.
     fn new(capacity: usize) -> CacheIndex {
         let size = (2 * capacity).next_power_of_two().max(2);
+        assert!(size <= 1 << 31, "a cache index of {size} slots is beyond its tags' reach");
         CacheIndex { slots: vec![EMPTY; size], mask: size - 1 }
     }
 
@@ -584,7 +605,7 @@ impl CacheIndex {
             if slot.first == NONE {
                 return Err(at);
             }
-            if slot.folded == folded && is_it(slot) {
+            if slot.tag & TAG_FOLD == tag_of(folded) && is_it(slot) {
                 return Ok(at);
             }
             at = (at + 1) & self.mask;
@@ -611,7 +632,7 @@ impl CacheIndex {
         match self.probe(folded, |slot| blocks[slot.first as usize].cached_key() == Some(key)) {
             Ok(at) => at,
             Err(at) => {
-                self.slots[at].folded = folded;
+                self.slots[at].tag = tag_of(folded);
                 at
             }
         }
@@ -625,7 +646,7 @@ impl CacheIndex {
             if self.slots[at].first == NONE {
                 break;
             }
-            let home = self.home(self.slots[at].folded);
+            let home = self.home(u64::from(self.slots[at].tag & TAG_FOLD));
             // The entry may move to the hole if its home is not cyclically within (hole, at].
             let stays = if hole <= at { hole < home && home <= at } else { hole < home || home <= at };
             if !stays {
