@@ -176,7 +176,8 @@ pub struct AssemblyOptions {
     /// A fault to inject, so a checked run can show its checks catch it (never set by `run`).
     pub fault: Option<Fault>,
     /// Whether each client (of a few) reads its source and draws its token ids on a thread of
-    /// its own (set for a replication that has a core to spare; the outputs are the same).
+    /// its own; the outputs are the same. A run's replications set it themselves: on when the
+    /// replication has a core to spare (`run_replication`'s accounting on a second thread).
     pub draw_ahead: bool,
 }
 
@@ -422,8 +423,9 @@ pub fn assemble(
     served.sort_unstable();
     served.dedup();
     let ledger = CallLedger::new();
-    // A few clients draw ahead, each on a thread of its own, on the core the options give them
-    // (their draws are the same work wherever they run); more draw as they send.
+    // A few clients draw ahead, each on a thread of its own; the threads share the spare core
+    // with the accounting (the draws are the same work however many threads do them, and each
+    // thread wakes once a batch). More clients draw as they send.
     let draw_ahead = options.draw_ahead && sources.len() <= DRAWING_CLIENTS;
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let model = client_model(client_source.model.as_deref(), &client_source.model_path, &served)?;

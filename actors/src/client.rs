@@ -166,8 +166,9 @@ pub struct Client {
     supply: Supply,
     pacing: Pacing,
     think_times: Substream,
-    /// The next request of the source, not yet released, and its ids if drawn ahead.
+    /// The next request of the source, not yet released.
     upcoming: Option<Planned>,
+    /// The upcoming request's token ids, when they were drawn ahead.
     upcoming_drawn: Option<Drawn>,
     stage: u32,
     /// When the current stage began (`A_s`) and its time origin (`T0`), µs.

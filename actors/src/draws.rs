@@ -135,8 +135,9 @@ enum Ahead {
 }
 
 /// A client's source read, and its requests' ids drawn, on a thread of their own, up to
-/// [`BATCHES_AHEAD`] batches of [`BATCH`] requests ahead; spent buffers go back to be reused
-/// there, so they are freed by the thread that allocated them.
+/// [`BATCHES_AHEAD`] batches of [`BATCH`] requests ahead. The id buffers of the calls sent go
+/// back to be reused there (the bulk of what it allocates); the requests themselves, and the ids
+/// of calls never sent, are freed on the simulation's thread.
 pub(crate) struct DrawAhead {
     requests: Option<Receiver<Ahead>>,
     /// The batch being taken, in order.
