@@ -500,7 +500,8 @@ impl EngineHost {
             pd.legs.insert(call.request.key, sidecar);
         }
         let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
-        let ready = now.saturating_add(ceil_micros(delay));
+        let Some(delay) = self.priced_or_halt(delay, out) else { return };
+        let ready = now.saturating_add(delay);
         if ready > now {
             self.api_server.enter(call, ready);
             return;
@@ -559,6 +560,11 @@ impl EngineHost {
                 self.wake(now);
             }
         }
+    }
+
+    /// `micros` by the one rounding rule, or `None` with the run halted: a time no clock holds.
+    fn priced_or_halt(&self, micros: f64, out: &mut Outbox<ClusterMessage>) -> Option<SimDuration> {
+        ceil_micros(micros).map_err(|unpriceable| out.halt(format!("{}: {unpriceable}", self.name))).ok()
     }
 
     /// Hand a request to the engine (or refuse it as the API server would).
@@ -696,6 +702,13 @@ impl EngineHost {
         let ran_tokens = !shape.requests.is_empty();
         let host = ceil_micros(price.host_micros);
         let device = ceil_micros(price.micros - price.host_micros);
+        let (host, device) = match (host, device) {
+            (Ok(host), Ok(device)) => (host, device),
+            (Err(unpriceable), _) | (_, Err(unpriceable)) => {
+                out.halt(format!("{}: {unpriceable}", self.name));
+                return Loop::Idle;
+            }
+        };
         let ready = now.saturating_add(host);
         let t = shape.totals;
         tracing::debug!(engine = %self.name, requests = t.requests, tokens = t.new_tokens, "step");

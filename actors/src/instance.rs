@@ -3,18 +3,34 @@
 //! rule of priced times.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use blis_kernel::{SimDuration, SimTime, TimeAdvance};
 
 use crate::message::CallRequest;
 
 /// A priced time in whole microseconds, rounded up (the one rounding rule); a negative one is
-/// zero. A price that is not a number stops the run rather than count as zero: each of the cost
-/// model's inputs is bounded, though their product at the bounds' extremes can still exceed the
-/// clock.
-pub(crate) fn ceil_micros(micros: f64) -> SimDuration {
-    let micros = if micros < 0.0 { 0.0 } else { micros };
-    SimDuration::from_micros_ceil(micros).expect("the cost model prices steps finitely")
+/// zero. A price that is not a number, or that no simulated clock holds, is an error that stops
+/// the run rather than count as zero or wrap: each of the cost model's inputs is bounded, though
+/// their product at the bounds' extremes can still exceed the clock.
+pub(crate) fn ceil_micros(micros: f64) -> Result<SimDuration, Unpriceable> {
+    let clamped = if micros < 0.0 { 0.0 } else { micros };
+    SimDuration::from_micros_ceil(clamped).map_err(|_| Unpriceable(micros))
+}
+
+/// A time the cost model priced beyond what the simulated clock holds, or not as a number, µs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Unpriceable(pub(crate) f64);
+
+impl fmt::Display for Unpriceable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a time priced at {:e} µs is beyond the simulated clock (2^64 µs, about 584,000 years): the \
+             model, the chip's facts and the coefficients, each within its bounds, multiply past it",
+            self.0
+        )
+    }
 }
 
 /// The API server (HTTP, tokenization): requests in it by the time they leave, in the order
@@ -85,5 +101,24 @@ pub(crate) fn next_event(last: SimTime, engine: Option<SimTime>, frontend: Optio
         (Some(a), Some(b)) => TimeAdvance::until(last, a.min(b)),
         (Some(at), None) | (None, Some(at)) => TimeAdvance::until(last, at),
         (None, None) => TimeAdvance::Passive,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priced_times_round_up_and_a_time_no_clock_holds_is_an_error() {
+        let micros = |m: f64| ceil_micros(m).map(SimDuration::as_micros);
+        assert_eq!(micros(0.0), Ok(0));
+        assert_eq!(micros(-3.0), Ok(0), "a negative price is zero");
+        assert_eq!(micros(1.2), Ok(2));
+        assert_eq!(micros(1e19), Ok(10_000_000_000_000_000_000));
+        for beyond in [2e19, f64::INFINITY, f64::NAN] {
+            let error = ceil_micros(beyond).expect_err("no clock holds it");
+            assert!(error.to_string().contains("beyond the simulated clock"), "{error}");
+        }
+        assert!(ceil_micros(4.7e21).unwrap_err().to_string().starts_with("a time priced at 4.7e21 µs"));
     }
 }

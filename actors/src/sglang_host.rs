@@ -176,7 +176,7 @@ impl SglangHost {
 
     fn accept(&mut self, message: ClusterMessage, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         match message {
-            ClusterMessage::Request(call) => self.send_to_frontend(call, now),
+            ClusterMessage::Request(call) => self.send_to_frontend(call, now, out),
             ClusterMessage::Abort(abort) => self.abort(abort, now),
             ClusterMessage::Scrape => {
                 out.send(self.router, self.delay_to_router, ClusterMessage::Metrics(Box::new(self.scrape())));
@@ -186,9 +186,12 @@ impl SglangHost {
     }
 
     /// A request enters the API server, which works on it first (HTTP, tokenization).
-    fn send_to_frontend(&mut self, call: Box<CallRequest>, now: SimTime) {
+    fn send_to_frontend(&mut self, call: Box<CallRequest>, now: SimTime, out: &mut Outbox<ClusterMessage>) {
         let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
-        self.api_server.enter(call, now.saturating_add(ceil_micros(delay)));
+        match ceil_micros(delay) {
+            Ok(delay) => self.api_server.enter(call, now.saturating_add(delay)),
+            Err(unpriceable) => out.halt(format!("{}: {unpriceable}", self.name)),
+        }
     }
 
     /// Queue an input for the next iteration's top, waking an idle loop.
@@ -322,8 +325,14 @@ impl SglangHost {
             };
         };
         self.priced.merge(&price.by_rank);
-        let host = ceil_micros(price.host_micros);
-        let device = ceil_micros(price.micros - price.host_micros);
+        let (host, device) =
+            match (ceil_micros(price.host_micros), ceil_micros(price.micros - price.host_micros)) {
+                (Ok(host), Ok(device)) => (host, device),
+                (Err(unpriceable), _) | (_, Err(unpriceable)) => {
+                    out.halt(format!("{}: {unpriceable}", self.name));
+                    return Loop::Idle;
+                }
+            };
         let ready = now.saturating_add(host);
         let start = ready.max(self.device_free);
         // A step always takes time, so the loop cannot spin at one instant.
