@@ -230,8 +230,9 @@ impl Client {
         let think_times = streams.stream(&component, "closed-loop-think-time", "");
         let draws = TokenDraws::new(streams, component, vocab_size);
         let pacing = source.pacing();
+        // A client whose drawing thread cannot start draws as it sends: the same ids.
         let supply = if draw_ahead {
-            Supply::Ahead(DrawAhead::start(source, draws.clone()))
+            DrawAhead::start(source, draws.clone()).map_or_else(Supply::Direct, Supply::Ahead)
         } else {
             Supply::Direct(source)
         };

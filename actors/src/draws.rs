@@ -149,21 +149,33 @@ pub(crate) struct DrawAhead {
 }
 
 impl DrawAhead {
-    /// Start reading `source` and drawing with `draws`.
-    pub(crate) fn start(mut source: Box<dyn RequestSource>, draws: TokenDraws) -> DrawAhead {
+    /// Start reading `source` and drawing with `draws`; the source back if no thread could be
+    /// started (the client then draws as it sends).
+    pub(crate) fn start(
+        source: Box<dyn RequestSource>,
+        draws: TokenDraws,
+    ) -> Result<DrawAhead, Box<dyn RequestSource>> {
         let (to_client, requests) = sync_channel::<Ahead>(BATCHES_AHEAD);
         let (spent, from_client) = channel::<NodeDraws>();
-        let thread = std::thread::Builder::new()
-            .name("token-draws".to_owned())
-            .spawn(move || draw_ahead(&mut *source, &draws, &to_client, &from_client))
-            .expect("the platform starts a thread");
-        DrawAhead {
+        // The source crosses once the thread runs, so a thread that cannot start leaves it here.
+        let (hand_over, handed) = sync_channel::<Box<dyn RequestSource>>(1);
+        let started = std::thread::Builder::new().name("token-draws".to_owned()).spawn(move || {
+            if let Ok(mut source) = handed.recv() {
+                draw_ahead(&mut *source, &draws, &to_client, &from_client);
+            }
+        });
+        let Ok(thread) = started else { return Err(source) };
+        // The thread is waiting for it, with room for it in the channel.
+        if let Err(returned) = hand_over.send(source) {
+            return Err(returned.0);
+        }
+        Ok(DrawAhead {
             requests: Some(requests),
             batch: VecDeque::new(),
             spent,
             thread: Some(thread),
             ended: None,
-        }
+        })
     }
 
     /// The source's next request and its ids; `None` at the end.
@@ -295,7 +307,8 @@ mod tests {
         let count = 3 * BATCH + 5;
         let error = FieldError::new("workload.path", "w.jsonl", "changed after it was checked");
         let mut ahead =
-            DrawAhead::start(Box::new(Listed(requests(count).into_iter(), Some(error.clone()))), draws());
+            DrawAhead::start(Box::new(Listed(requests(count).into_iter(), Some(error.clone()))), draws())
+                .unwrap_or_else(|_| panic!("a thread starts"));
         let direct = draws();
         for spec in requests(count) {
             let (planned, mut drawn) = ahead.next_request().expect("every request comes");
@@ -330,7 +343,8 @@ mod tests {
 
     #[test]
     fn a_client_that_stops_reading_stops_the_drawing_thread() {
-        let mut ahead = DrawAhead::start(Box::new(Listed(requests(10 * BATCH).into_iter(), None)), draws());
+        let mut ahead = DrawAhead::start(Box::new(Listed(requests(10 * BATCH).into_iter(), None)), draws())
+            .unwrap_or_else(|_| panic!("a thread starts"));
         assert!(ahead.next_request().is_some());
         // Dropping joins the thread, which is waiting to hand over a batch: no hang.
         drop(ahead);
