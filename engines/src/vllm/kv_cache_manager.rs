@@ -10,7 +10,6 @@
 //! up to `min(c + h + n, num_tokens)` — is hashed into the cache. Freeing returns a request's
 //! blocks last first; their hashes stay until the blocks are reused.
 
-use super::block_hash::extend_hashes;
 use super::block_pool::{BlockId, BlockPool, KvEvents};
 use super::request::Request;
 
@@ -221,15 +220,14 @@ impl KvCacheManager {
     fn cache_new_full_blocks(&mut self, request: &mut Request, cached: usize, full: usize) {
         if self.pool.records_events() {
             let block_size = self.block_size as usize;
-            let tokens = &request.tokens[..full * block_size];
-            extend_hashes(&mut request.block_hashes, tokens, block_size, &mut self.scratch);
+            request.extend_hashes(full * block_size, block_size, &mut self.scratch);
         }
         self.pool.cache_full_blocks(
             request.spec.key,
             &request.blocks,
             &request.block_keys,
             &request.block_hashes,
-            &request.tokens,
+            request.tokens(),
             self.block_size as usize,
             cached,
             full,
@@ -240,12 +238,8 @@ impl KvCacheManager {
     /// Extend `request`'s SHA-256 block hashes over all its full blocks (for the connector's KV
     /// events).
     pub(crate) fn hash_all_blocks(&mut self, request: &mut Request) {
-        extend_hashes(
-            &mut request.block_hashes,
-            &request.tokens,
-            self.block_size as usize,
-            &mut self.scratch,
-        );
+        let num_tokens = request.num_tokens() as usize;
+        request.extend_hashes(num_tokens, self.block_size as usize, &mut self.scratch);
     }
 
     /// Return a request's blocks to the pool, last block first.

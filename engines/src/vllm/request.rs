@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::block_hash::{BlockHash, BlockKey, extend_keys};
+use super::block_hash::{BlockHash, BlockKey, extend_hashes, extend_keys};
 use super::block_pool::BlockId;
 
 /// A request handed to an engine: its prompt and the output it will generate.
@@ -46,7 +46,11 @@ pub enum Status {
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
     pub(crate) spec: EngineRequest,
-    pub(crate) tokens: Vec<u32>,
+    /// The prompt and every output id it will generate, written once; the first `num_tokens`
+    /// are vLLM's `all_token_ids` (so a step's new token is read where it will stay, not
+    /// appended).
+    planned_tokens: Vec<u32>,
+    num_tokens: u32,
     pub(crate) num_prompt_tokens: u32,
     pub(crate) max_tokens: u32,
     pub(crate) num_computed_tokens: u32,
@@ -73,18 +77,22 @@ impl Request {
         hash_block_size: Option<usize>,
         scratch: &mut Vec<u8>,
     ) -> Request {
-        let mut tokens = Vec::with_capacity(spec.prompt_token_ids.len() + spec.output_token_ids.len());
-        tokens.extend_from_slice(&spec.prompt_token_ids);
+        let mut planned_tokens =
+            Vec::with_capacity(spec.prompt_token_ids.len() + spec.output_token_ids.len());
+        planned_tokens.extend_from_slice(&spec.prompt_token_ids);
+        planned_tokens.extend_from_slice(&spec.output_token_ids);
+        let num_prompt_tokens = spec.prompt_token_ids.len() as u32;
         let mut block_keys = Vec::new();
         if let Some(block_size) = hash_block_size {
-            block_keys.reserve(tokens.capacity() / block_size);
-            extend_keys(&mut block_keys, &tokens, block_size, scratch);
+            block_keys.reserve(planned_tokens.len() / block_size);
+            extend_keys(&mut block_keys, &spec.prompt_token_ids, block_size, scratch);
         }
         Request {
-            num_prompt_tokens: spec.prompt_token_ids.len() as u32,
+            num_prompt_tokens,
             max_tokens: spec.output_token_ids.len() as u32,
             spec: spec.clone(),
-            tokens,
+            planned_tokens,
+            num_tokens: num_prompt_tokens,
             num_computed_tokens: 0,
             num_output_placeholders: 0,
             num_cached_tokens: None,
@@ -109,7 +117,22 @@ impl Request {
 
     /// Prompt plus tokens generated so far (vLLM's `num_tokens`).
     pub(crate) fn num_tokens(&self) -> u32 {
-        self.tokens.len() as u32
+        self.num_tokens
+    }
+
+    /// The prompt and the tokens generated so far (vLLM's `all_token_ids`).
+    pub(crate) fn tokens(&self) -> &[u32] {
+        &self.planned_tokens[..self.num_tokens as usize]
+    }
+
+    /// Extend its SHA-256 block hashes over every full block of its first `num_tokens` tokens.
+    pub(crate) fn extend_hashes(&mut self, num_tokens: usize, block_size: usize, scratch: &mut Vec<u8>) {
+        extend_hashes(&mut self.block_hashes, &self.planned_tokens[..num_tokens], block_size, scratch);
+    }
+
+    /// The next output id, the one the next sampled token is.
+    pub(crate) fn next_output(&self) -> u32 {
+        self.planned_tokens[self.num_tokens as usize]
     }
 
     /// Tokens generated so far.
@@ -137,12 +160,12 @@ impl Request {
     /// Append the next planned output token; keys a block it fills when caching (`block_size`
     /// a power of two, as every vLLM block size).
     pub(crate) fn append_output(&mut self, hash_block_size: Option<usize>, scratch: &mut Vec<u8>) {
-        let k = self.num_output_tokens() as usize;
-        self.tokens.push(self.spec.output_token_ids[k]);
+        self.num_tokens += 1;
         if let Some(block_size) = hash_block_size
-            && self.tokens.len() & (block_size - 1) == 0
+            && self.num_tokens as usize & (block_size - 1) == 0
         {
-            extend_keys(&mut self.block_keys, &self.tokens, block_size, scratch);
+            let tokens = &self.planned_tokens[..self.num_tokens as usize];
+            extend_keys(&mut self.block_keys, tokens, block_size, scratch);
         }
     }
 }

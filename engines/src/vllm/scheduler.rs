@@ -1071,8 +1071,7 @@ impl Scheduler {
                 }
             };
             let status_before = request.status;
-            let k = request.num_output_tokens() as usize;
-            out.tokens.push((request.spec.key, Some(request.spec.output_token_ids[k])));
+            out.tokens.push((request.spec.key, Some(request.next_output())));
             request.append_output(hash_block_size, scratch);
             request.token_times_us.push(now_us);
             if request.in_prefill && status_before == Status::Running {
