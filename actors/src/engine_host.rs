@@ -28,7 +28,7 @@ use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDurati
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
 
-use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_event};
+use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_event, step_times};
 use crate::message::{
     CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage, KvNotify, PdLeg, TransferStart,
 };
@@ -500,8 +500,10 @@ impl EngineHost {
             pd.legs.insert(call.request.key, sidecar);
         }
         let delay = self.engine.frontend_micros(call.request.prompt_token_ids.len() as u32);
-        let Some(delay) = self.priced_or_halt(delay, out) else { return };
-        let ready = now.saturating_add(delay);
+        let ready = match ceil_micros(delay) {
+            Ok(delay) => now.saturating_add(delay),
+            Err(unpriceable) => return out.halt(format!("{}: {unpriceable}", self.name)),
+        };
         if ready > now {
             self.api_server.enter(call, ready);
             return;
@@ -560,11 +562,6 @@ impl EngineHost {
                 self.wake(now);
             }
         }
-    }
-
-    /// `micros` by the one rounding rule, or `None` with the run halted: a time no clock holds.
-    fn priced_or_halt(&self, micros: f64, out: &mut Outbox<ClusterMessage>) -> Option<SimDuration> {
-        ceil_micros(micros).map_err(|unpriceable| out.halt(format!("{}: {unpriceable}", self.name))).ok()
     }
 
     /// Hand a request to the engine (or refuse it as the API server would).
@@ -700,11 +697,9 @@ impl EngineHost {
         let (price, shape) = self.engine.schedule();
         self.priced.merge(&price.by_rank);
         let ran_tokens = !shape.requests.is_empty();
-        let host = ceil_micros(price.host_micros);
-        let device = ceil_micros(price.micros - price.host_micros);
-        let (host, device) = match (host, device) {
-            (Ok(host), Ok(device)) => (host, device),
-            (Err(unpriceable), _) | (_, Err(unpriceable)) => {
+        let (host, device) = match step_times(&price) {
+            Ok(times) => times,
+            Err(unpriceable) => {
                 out.halt(format!("{}: {unpriceable}", self.name));
                 return Loop::Idle;
             }

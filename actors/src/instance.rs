@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use blis_contracts::StepPrice;
 use blis_kernel::{SimDuration, SimTime, TimeAdvance};
 
 use crate::message::CallRequest;
@@ -16,6 +17,11 @@ use crate::message::CallRequest;
 pub(crate) fn ceil_micros(micros: f64) -> Result<SimDuration, Unpriceable> {
     let clamped = if micros < 0.0 { 0.0 } else { micros };
     SimDuration::from_micros_ceil(clamped).map_err(|_| Unpriceable(micros))
+}
+
+/// A step's host (CPU) and device times by the one rounding rule.
+pub(crate) fn step_times(price: &StepPrice) -> Result<(SimDuration, SimDuration), Unpriceable> {
+    Ok((ceil_micros(price.host_micros)?, ceil_micros(price.micros - price.host_micros)?))
 }
 
 /// A time the cost model priced beyond what the simulated clock holds, or not as a number, µs.

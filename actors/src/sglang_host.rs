@@ -26,7 +26,7 @@ use blis_kernel::{
 };
 use blis_router::Scrape;
 
-use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_event};
+use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_event, step_times};
 use crate::message::{CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage};
 
 /// The `random` policy's shuffles, drawn from the instance's named substream
@@ -325,14 +325,13 @@ impl SglangHost {
             };
         };
         self.priced.merge(&price.by_rank);
-        let (host, device) =
-            match (ceil_micros(price.host_micros), ceil_micros(price.micros - price.host_micros)) {
-                (Ok(host), Ok(device)) => (host, device),
-                (Err(unpriceable), _) | (_, Err(unpriceable)) => {
-                    out.halt(format!("{}: {unpriceable}", self.name));
-                    return Loop::Idle;
-                }
-            };
+        let (host, device) = match step_times(&price) {
+            Ok(times) => times,
+            Err(unpriceable) => {
+                out.halt(format!("{}: {unpriceable}", self.name));
+                return Loop::Idle;
+            }
+        };
         let ready = now.saturating_add(host);
         let start = ready.max(self.device_free);
         // A step always takes time, so the loop cannot spin at one instant.

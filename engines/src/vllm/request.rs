@@ -157,8 +157,8 @@ impl Request {
         }
     }
 
-    /// Append the next planned output token; keys a block it fills when caching (`block_size`
-    /// a power of two, as every vLLM block size).
+    /// Count the next planned output token as generated; keys a block it fills when caching
+    /// (`block_size` a power of two, as every vLLM block size).
     pub(crate) fn append_output(&mut self, hash_block_size: Option<usize>, scratch: &mut Vec<u8>) {
         self.num_tokens += 1;
         if let Some(block_size) = hash_block_size

@@ -316,6 +316,29 @@ pub struct Scheduler {
     clock_us: u64,
 }
 
+/// Write a running request's part of a step (`n` tokens after `computed`, the blocks taken in
+/// `new_blocks`) into `out`, as vLLM's `SchedulerOutput` describes it, before its counts
+/// advance; returns where its entry is in `out.scheduled` (not sampling until advanced).
+fn describe_running(
+    out: &mut SchedulerOutput,
+    request: &Request,
+    handle: RequestHandle,
+    n: u32,
+    computed: u32,
+    new_blocks: BlockSpan,
+) -> usize {
+    let key = request.spec.key;
+    out.cached.push(Admission::Cached {
+        key,
+        resumed: false,
+        computed,
+        outputs: request.num_output_tokens() + request.num_output_placeholders,
+        new_blocks: (new_blocks.len > 0).then_some(new_blocks),
+    });
+    out.scheduled.push(Scheduled { handle, key, tokens: n, context: computed, samples: false });
+    out.scheduled.len() - 1
+}
+
 impl Scheduler {
     /// A scheduler with `limits` over `kv`.
     pub fn new(limits: SchedulerLimits, kv: KvCacheManager) -> Scheduler {
@@ -608,16 +631,8 @@ impl Scheduler {
                     Some(r) => r,
                     None => unreachable!("running requests exist"),
                 };
-                let key = request.spec.key;
-                out.cached.push(Admission::Cached {
-                    key,
-                    resumed: false,
-                    computed,
-                    outputs: request.num_output_tokens() + request.num_output_placeholders,
-                    new_blocks: (span.len > 0).then_some(span),
-                });
-                let samples = request.advance(n, asynchronous);
-                out.scheduled.push(Scheduled { handle, key, tokens: n, context: computed, samples });
+                let at = describe_running(out, request, handle, n, computed, span);
+                out.scheduled[at].samples = request.advance(n, asynchronous);
             } else {
                 running_entries.push((handle, n, computed, span));
             }
@@ -774,21 +789,7 @@ impl Scheduler {
         // The step's description, as vLLM's SchedulerOutput lays it out.
         let advanced = out.scheduled.len();
         for &(handle, n, computed, new_blocks) in &running_entries {
-            let request = self.get(handle);
-            out.scheduled.push(Scheduled {
-                handle,
-                key: request.spec.key,
-                tokens: n,
-                context: computed,
-                samples: false,
-            });
-            out.cached.push(Admission::Cached {
-                key: request.spec.key,
-                resumed: false,
-                computed,
-                outputs: request.num_output_tokens() + request.num_output_placeholders,
-                new_blocks: (new_blocks.len > 0).then_some(new_blocks),
-            });
+            describe_running(out, self.get(handle), handle, n, computed, new_blocks);
         }
         for &(handle, n, computed, resumed) in &admitted {
             let request = self.get(handle);
