@@ -229,15 +229,32 @@ impl BlockPool {
     /// appending them to `into`. The caller has checked that enough are free.
     pub fn get_new_blocks(&mut self, count: u32, into: &mut Vec<BlockId>) {
         assert!(count <= self.free, "allocating {count} blocks with {} free", self.free);
-        // Each block is evicted as it is taken, so that the miss on its index slot overlaps the
-        // miss on the next block of the queue.
+        // Each block is evicted as it is taken; what the blocks a few places behind the head
+        // will read is fetched ahead, so that their cache misses overlap.
+        for ahead in 0..PREFETCH_DISTANCE.min(u64::from(count)) {
+            self.prefetch_queued(ahead);
+        }
         for _ in 0..count {
+            self.prefetch_queued(PREFETCH_DISTANCE);
             let (id, folded) = self.pop_head().expect("free count says a block is there");
             if self.caching {
                 self.evict(id, folded);
             }
             self.blocks[id as usize].ref_count = 1;
             into.push(id);
+        }
+    }
+
+    /// Start fetching what taking the queued block `ahead` places behind the head will read
+    /// (the block, and its index slot if it is cached).
+    fn prefetch_queued(&self, ahead: u64) {
+        let Some((id, folded)) = self.free_queue.peek(ahead) else { return };
+        if id == NONE {
+            return;
+        }
+        mem_prefetch::prefetch_write_data::<_, 3>(&self.blocks[id as usize]);
+        if folded != 0 {
+            mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(folded)]);
         }
     }
 
@@ -288,7 +305,13 @@ impl BlockPool {
         if cached >= full {
             return;
         }
+        for later in keys[cached..full].iter().take(PREFETCH_DISTANCE as usize) {
+            self.prefetch_slot(*later);
+        }
         for (i, &id) in blocks[cached..full].iter().enumerate() {
+            if let Some(later) = keys[cached..full].get(i + PREFETCH_DISTANCE as usize) {
+                self.prefetch_slot(*later);
+            }
             if id == 0 {
                 continue;
             }
@@ -398,6 +421,11 @@ impl BlockPool {
         }
     }
 
+    /// Start fetching the home slot of `key` in the index.
+    fn prefetch_slot(&self, key: BlockKey) {
+        mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
+    }
+
     fn push_tail(&mut self, id: u32) {
         if self.free_queue.is_full() {
             self.compact_free_queue();
@@ -440,6 +468,10 @@ impl BlockPool {
         }
     }
 }
+
+/// How many places ahead of the block being taken (or cached) its successors' cache lines are
+/// fetched.
+const PREFETCH_DISTANCE: u64 = 4;
 
 /// A block's position in no queue.
 const NOT_QUEUED: u64 = u64::MAX;
@@ -496,6 +528,15 @@ impl FreeQueue {
         let at = (position & self.mask) as usize;
         self.head += 1;
         Some((position, self.ring[at], self.folded[at]))
+    }
+
+    /// The id ([`NONE`] if it was taken) and folded key of the entry `ahead` places behind
+    /// the head, left in place.
+    fn peek(&self, ahead: u64) -> Option<(u32, u64)> {
+        (self.head + ahead < self.tail).then(|| {
+            let at = ((self.head + ahead) & self.mask) as usize;
+            (self.ring[at], self.folded[at])
+        })
     }
 
     fn clear(&mut self) {
