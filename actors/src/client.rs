@@ -24,7 +24,7 @@ use blis_kernel::{
     TimeAdvance,
 };
 
-use crate::draws::{DrawAhead, Drawn, NodeDraws, TokenDraws};
+use crate::draws::{DrawAhead, Drawn, DrawnPrompt, NodeDraws, TokenDraws};
 use crate::ledger::CallLedger;
 use crate::message::{CallAbort, CallRequest, ClusterMessage};
 use crate::workload::sampling::draw_duration_us;
@@ -476,7 +476,9 @@ impl Client {
         let mut prompt = Vec::new();
         let node_id = &spec.nodes[node].id;
         for (j, part) in call.prompt.iter().enumerate() {
-            if let Some(ids) = drawn.and_then(|d| d.parts[j].as_deref()) {
+            if let Some(DrawnPrompt::Parts(parts)) = drawn.map(|d| &d.prompt)
+                && let Some(ids) = parts[j].as_deref()
+            {
                 prompt.extend_from_slice(ids);
                 continue;
             }
@@ -523,9 +525,12 @@ impl Client {
         let request = &self.live[&live];
         let index = request.calls[node].expect("an LLM node has a call");
         let record = &self.calls[&index];
-        let prompt: Arc<[u32]> = self.prompt(request, node, call, drawn.as_ref()).into();
+        let prompt: Arc<[u32]> = match drawn.as_ref().map(|d| &d.prompt) {
+            Some(DrawnPrompt::Whole(prompt)) => prompt.clone(),
+            _ => self.prompt(request, node, call, drawn.as_ref()).into(),
+        };
         let output: Arc<[u32]> = match &drawn {
-            Some(drawn) => Arc::from(drawn.output.as_slice()),
+            Some(drawn) => drawn.output.clone(),
             None => {
                 let mut output = Vec::new();
                 let node_id = &request.spec.nodes[node].id;

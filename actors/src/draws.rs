@@ -7,6 +7,7 @@
 //! same ids as one that draws them as it sends.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::JoinHandle;
 
@@ -64,42 +65,53 @@ impl TokenDraws {
         self.streams.stream(component, purpose, item).extend_below(self.vocab_size, count as usize, into);
     }
 
-    /// Every id the calls of `spec` draw, into buffers taken from `spare`.
-    fn draw_request(&self, spec: &RequestSpec, spare: &mut Vec<Vec<u32>>) -> Drawn {
-        let mut buffer = || {
-            let mut ids = spare.pop().unwrap_or_default();
-            ids.clear();
-            ids
-        };
+    /// Every id the calls of `spec` draw: a call's whole prompt when nothing in it waits on
+    /// the run (a history), else its parts in buffers taken from `spare`; `scratch` is reused.
+    fn draw_request(&self, spec: &RequestSpec, spare: &mut Vec<Vec<u32>>, scratch: &mut Vec<u32>) -> Drawn {
         let nodes = spec
             .nodes
             .iter()
             .map(|node| {
                 let NodeKind::Llm(call) = &node.kind else { return None };
-                let parts = call
-                    .prompt
-                    .iter()
-                    .enumerate()
-                    .map(|(j, part)| match part {
-                        PromptPart::Tokens(count) => {
-                            let mut ids = buffer();
-                            self.prompt_tokens(&spec.id, &node.id, j, *count, &mut ids);
-                            Some(ids)
-                        }
-                        PromptPart::Shared { name, tokens } => {
-                            let mut ids = buffer();
-                            self.shared_tokens(name, *tokens, &mut ids);
-                            Some(ids)
-                        }
-                        PromptPart::TokenIds(_) | PromptPart::History(_) => None,
-                    })
-                    .collect();
-                let mut output = buffer();
-                self.output_tokens(&spec.id, &node.id, call.output_tokens, &mut output);
-                Some(NodeDraws { parts, output })
+                let prompt = if call.prompt.iter().any(|part| matches!(part, PromptPart::History(_))) {
+                    let parts = call
+                        .prompt
+                        .iter()
+                        .enumerate()
+                        .map(|(j, part)| {
+                            matches!(part, PromptPart::Tokens(_) | PromptPart::Shared { .. }).then(|| {
+                                let mut ids = spare.pop().unwrap_or_default();
+                                ids.clear();
+                                self.draw_part(&spec.id, &node.id, j, part, &mut ids);
+                                ids
+                            })
+                        })
+                        .collect();
+                    DrawnPrompt::Parts(parts)
+                } else {
+                    scratch.clear();
+                    for (j, part) in call.prompt.iter().enumerate() {
+                        self.draw_part(&spec.id, &node.id, j, part, scratch);
+                    }
+                    DrawnPrompt::Whole(Arc::from(scratch.as_slice()))
+                };
+                scratch.clear();
+                self.output_tokens(&spec.id, &node.id, call.output_tokens, scratch);
+                Some(NodeDraws { prompt, output: Arc::from(scratch.as_slice()) })
             })
             .collect();
         Drawn { nodes }
+    }
+
+    /// The ids of prompt part `part` (number `j` of node `node`) appended to `into`: drawn, or
+    /// given; a history has none here.
+    fn draw_part(&self, request: &str, node: &str, j: usize, part: &PromptPart, into: &mut Vec<u32>) {
+        match part {
+            PromptPart::Tokens(count) => self.prompt_tokens(request, node, j, *count, into),
+            PromptPart::Shared { name, tokens } => self.shared_tokens(name, *tokens, into),
+            PromptPart::TokenIds(ids) => into.extend_from_slice(ids),
+            PromptPart::History(_) => {}
+        }
     }
 }
 
@@ -116,14 +128,23 @@ impl Drawn {
     }
 }
 
-/// One LLM call's ids drawn ahead: its prompt parts in order (none for a part that draws
-/// nothing: token ids given, or a history) and its output.
+/// One LLM call's ids drawn ahead: its prompt and its output.
 #[derive(Debug)]
 pub(crate) struct NodeDraws {
-    /// The prompt parts' ids.
-    pub(crate) parts: Vec<Option<Vec<u32>>>,
+    /// The prompt, whole or in parts.
+    pub(crate) prompt: DrawnPrompt,
     /// The output ids.
-    pub(crate) output: Vec<u32>,
+    pub(crate) output: Arc<[u32]>,
+}
+
+/// A call's prompt drawn ahead.
+#[derive(Debug)]
+pub(crate) enum DrawnPrompt {
+    /// Every id of it, assembled on the drawing thread (nothing in it waits on the run).
+    Whole(Arc<[u32]>),
+    /// Its parts' ids in order (none for a part that draws nothing: token ids given, or a
+    /// history), for the client to assemble with the history it has.
+    Parts(Vec<Option<Vec<u32>>>),
 }
 
 /// What the drawing thread hands the client.
@@ -136,13 +157,13 @@ enum Ahead {
 
 /// A client's source read, and its requests' ids drawn, on a thread of their own, up to
 /// [`BATCHES_AHEAD`] batches of [`BATCH`] requests ahead. The id buffers of the calls sent go
-/// back to be reused there (the bulk of what it allocates); the requests themselves, and the ids
-/// of calls never sent, are freed on the simulation's thread.
+/// back to be reused there; a prompt with no history, and every output, is assembled there into
+/// the shared array the engine request carries, so the simulation's thread copies no id.
 pub(crate) struct DrawAhead {
     requests: Option<Receiver<Ahead>>,
     /// The batch being taken, in order.
     batch: VecDeque<(Planned, Drawn)>,
-    spent: Sender<NodeDraws>,
+    spent: Sender<Vec<Option<Vec<u32>>>>,
     thread: Option<JoinHandle<()>>,
     /// What the source's end reported, once it has been read.
     ended: Option<Option<FieldError>>,
@@ -156,7 +177,7 @@ impl DrawAhead {
         draws: TokenDraws,
     ) -> Result<DrawAhead, Box<dyn RequestSource>> {
         let (to_client, requests) = sync_channel::<Ahead>(BATCHES_AHEAD);
-        let (spent, from_client) = channel::<NodeDraws>();
+        let (spent, from_client) = channel::<Vec<Option<Vec<u32>>>>();
         // The source crosses once the thread runs, so a thread that cannot start leaves it here.
         let (hand_over, handed) = sync_channel::<Box<dyn RequestSource>>(1);
         let started = std::thread::Builder::new().name("token-draws".to_owned()).spawn(move || {
@@ -212,10 +233,12 @@ impl DrawAhead {
         self.ended.as_ref().and_then(Option::as_ref)
     }
 
-    /// Hand a call's spent buffers back to the drawing thread.
+    /// Hand a call's spent prompt buffers back to the drawing thread.
     pub(crate) fn give_back(&self, draws: NodeDraws) {
-        // A thread already stopped has no use for them; they are freed here.
-        let _ = self.spent.send(draws);
+        if let DrawnPrompt::Parts(parts) = draws.prompt {
+            // A thread already stopped has no use for them; they are freed here.
+            let _ = self.spent.send(parts);
+        }
     }
 }
 
@@ -235,19 +258,19 @@ fn draw_ahead(
     source: &mut dyn RequestSource,
     draws: &TokenDraws,
     to_client: &SyncSender<Ahead>,
-    spent: &Receiver<NodeDraws>,
+    spent: &Receiver<Vec<Option<Vec<u32>>>>,
 ) {
     let mut spare: Vec<Vec<u32>> = Vec::new();
+    let mut scratch = Vec::new();
     loop {
         for returned in spent.try_iter() {
-            spare.extend(returned.parts.into_iter().flatten());
-            spare.push(returned.output);
+            spare.extend(returned.into_iter().flatten());
         }
         let mut batch = Vec::with_capacity(BATCH);
         while batch.len() < BATCH
             && let Some(planned) = source.next_request()
         {
-            let drawn = draws.draw_request(&planned.spec, &mut spare);
+            let drawn = draws.draw_request(&planned.spec, &mut spare, &mut scratch);
             batch.push((planned, drawn));
         }
         let last = batch.len() < BATCH;
@@ -320,19 +343,27 @@ mod tests {
                 30,
                 &mut shared,
             );
-            assert_eq!(a.parts[0].as_deref(), Some(&shared[..]));
             let mut own = Vec::new();
             let NodeKind::Llm(call) = &spec.nodes[0].kind else { unreachable!() };
             let PromptPart::Tokens(n) = call.prompt[1] else { unreachable!() };
             direct.prompt_tokens(&spec.id, "a", 1, n, &mut own);
-            assert_eq!(a.parts[1].as_deref(), Some(&own[..]));
-            assert_eq!(a.parts[2], None, "given ids are not drawn");
+            let whole: Vec<u32> = [&shared[..], &own[..], &[7]].concat();
+            assert!(
+                matches!(&a.prompt, DrawnPrompt::Whole(ids) if ids[..] == whole[..]),
+                "a prompt without a history comes whole, given ids included"
+            );
             let mut output = Vec::new();
             direct.output_tokens(&spec.id, "a", call.output_tokens, &mut output);
-            assert_eq!(a.output, output);
+            assert_eq!(a.output[..], output[..]);
             assert!(drawn.take(1).is_none(), "a tool draws nothing");
             let b = drawn.take(2).expect("node b is a call");
-            assert_eq!(b.parts[0], None, "a history is the earlier call's, not drawn");
+            let mut tail = Vec::new();
+            direct.prompt_tokens(&spec.id, "b", 1, 3, &mut tail);
+            let DrawnPrompt::Parts(parts) = &b.prompt else {
+                panic!("a prompt with a history comes in parts")
+            };
+            assert_eq!(parts[0], None, "a history is the earlier call's, not drawn");
+            assert_eq!(parts[1].as_deref(), Some(&tail[..]));
             ahead.give_back(a);
             ahead.give_back(b);
         }
