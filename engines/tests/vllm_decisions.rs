@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use blis_engines::vllm::{
-    EngineRequest, FinishedRequest, KvCacheManager, Policy, Scheduler, SchedulerLimits, SchedulerOutput,
-    UpdateOutput,
+    Admission, EngineRequest, FinishedRequest, KvCacheManager, Policy, Scheduler, SchedulerLimits,
+    SchedulerOutput, UpdateOutput,
 };
 
 /// One scheduled request in a step: (key, new tokens, context tokens, samples a token).
@@ -221,4 +221,60 @@ fn freed_blocks_are_reused_least_recently_freed_first_and_a_chain_from_its_tail(
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_scheduler_not_describing_its_running_requests_lists_only_resumed_ones_and_schedules_the_same() {
+    // The preemption case above: each step's running requests, then request 2 resuming.
+    /// One step: its slices, and its cached-request list as (key, resumed).
+    type Described = (Vec<Slice>, Vec<(u64, bool)>);
+    let describe = |on: bool| -> Vec<Described> {
+        let mut s = Scheduler::new(limits(8, 100, 12), kv(4, 4, 12));
+        s.describe_running_requests(on);
+        s.add_request(&request(1, 4, 6));
+        s.add_request(&request(2, 4, 6));
+        let (mut out, mut update) = (SchedulerOutput::default(), UpdateOutput::default());
+        let mut steps = Vec::new();
+        for now in 1..=11 {
+            s.schedule(&mut out);
+            let cached: Vec<(u64, bool)> = out
+                .cached
+                .iter()
+                .map(|a| match a {
+                    Admission::Cached { key, resumed, .. } => (*key, *resumed),
+                    Admission::New { .. } => unreachable!("cached lists hold cached requests"),
+                })
+                .collect();
+            let slices: Vec<Slice> =
+                out.scheduled.iter().map(|s| (s.key, s.tokens, s.context, s.samples)).collect();
+            steps.push((slices, cached));
+            s.update_from_output(&out, now, &mut update);
+        }
+        steps
+    };
+    let (on, off) = (describe(true), describe(false));
+    let slices = |steps: &[Described]| steps.iter().map(|s| s.0.clone()).collect::<Vec<_>>();
+    assert_eq!(slices(&on), slices(&off), "the same schedule either way");
+    let cached = |steps: &[Described]| steps.iter().map(|s| s.1.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        cached(&on),
+        vec![
+            vec![],
+            vec![(1, false)],
+            vec![(1, false)],
+            vec![(1, false)],
+            vec![(1, false)],
+            vec![(1, false)],
+            vec![(2, true)],
+            vec![(2, false)],
+            vec![(2, false)],
+            vec![(2, false)],
+            vec![(2, false)],
+        ]
+    );
+    assert_eq!(
+        cached(&off),
+        vec![vec![], vec![], vec![], vec![], vec![], vec![], vec![(2, true)], vec![], vec![], vec![], vec![]],
+        "only the resumed request is listed"
+    );
 }

@@ -313,10 +313,13 @@ impl VllmEngine {
             Connector::Nixl(NixlScheduler::new(Arc::from(engine_id), config.tensor_parallel_size))
         });
         let nixl = nixl_connector.as_ref().map(|_| NixlSide::default());
+        let mut scheduler = Scheduler::with_connector(limits, kv, offload_connector.or(nixl_connector));
+        // Nothing here reads the running requests' vLLM descriptions; the steps keep their shape.
+        scheduler.describe_running_requests(false);
         VllmEngine {
             offload,
             nixl,
-            scheduler: Scheduler::with_connector(limits, kv, offload_connector.or(nixl_connector)),
+            scheduler,
             plan,
             environment,
             in_flight: VecDeque::new(),

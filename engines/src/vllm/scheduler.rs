@@ -197,7 +197,8 @@ pub struct SchedulerOutput {
     pub total: u32,
     /// New requests, in admission order.
     pub new: Vec<Admission>,
-    /// Running requests (in schedule order), then resumed ones (in admission order).
+    /// Running requests (in schedule order; only while the scheduler describes them, see
+    /// [`Scheduler::describe_running_requests`]), then resumed ones (in admission order).
     pub cached: Vec<Admission>,
     /// Keys preempted, in preemption order.
     pub preempted: Vec<u64>,
@@ -312,15 +313,19 @@ pub struct Scheduler {
     skipped: Vec<RequestHandle>,
     held_requests: usize,
     record_events: bool,
+    /// Whether steps list their running requests in [`SchedulerOutput::cached`].
+    describe_running: bool,
     /// The time of the latest update, µs (when a NIXL hold taken at a finish expires from).
     clock_us: u64,
 }
 
 /// Write a running request's part of a step (`n` tokens after `computed`, the blocks taken in
-/// `new_blocks`) into `out`, as vLLM's `SchedulerOutput` describes it, before its counts
-/// advance; returns where its entry is in `out.scheduled` (not sampling until advanced).
+/// `new_blocks`) into `out`, as vLLM's `SchedulerOutput` describes it (its cached-request entry
+/// only if `cached`), before its counts advance; returns where its entry is in `out.scheduled`
+/// (not sampling until advanced).
 fn describe_running(
     out: &mut SchedulerOutput,
+    cached: bool,
     request: &Request,
     handle: RequestHandle,
     n: u32,
@@ -328,13 +333,15 @@ fn describe_running(
     new_blocks: BlockSpan,
 ) -> usize {
     let key = request.spec.key;
-    out.cached.push(Admission::Cached {
-        key,
-        resumed: false,
-        computed,
-        outputs: request.num_output_tokens() + request.num_output_placeholders,
-        new_blocks: (new_blocks.len > 0).then_some(new_blocks),
-    });
+    if cached {
+        out.cached.push(Admission::Cached {
+            key,
+            resumed: false,
+            computed,
+            outputs: request.num_output_tokens() + request.num_output_placeholders,
+            new_blocks: (new_blocks.len > 0).then_some(new_blocks),
+        });
+    }
     out.scheduled.push(Scheduled { handle, key, tokens: n, context: computed, samples: false });
     out.scheduled.len() - 1
 }
@@ -384,8 +391,16 @@ impl Scheduler {
             skipped: Vec::new(),
             held_requests: 0,
             record_events: false,
+            describe_running: true,
             clock_us: 0,
         }
+    }
+
+    /// Whether each step lists its running requests in [`SchedulerOutput::cached`] (vLLM's
+    /// `scheduled_cached_reqs`, which only a comparison with vLLM reads; a request resuming
+    /// after a preemption is always listed). On by default; an engine turns it off.
+    pub fn describe_running_requests(&mut self, on: bool) {
+        self.describe_running = on;
     }
 
     /// The KV connector, if any.
@@ -631,7 +646,7 @@ impl Scheduler {
                     Some(r) => r,
                     None => unreachable!("running requests exist"),
                 };
-                let at = describe_running(out, request, handle, n, computed, span);
+                let at = describe_running(out, self.describe_running, request, handle, n, computed, span);
                 out.scheduled[at].samples = request.advance(n, asynchronous);
             } else {
                 running_entries.push((handle, n, computed, span));
@@ -789,7 +804,7 @@ impl Scheduler {
         // The step's description, as vLLM's SchedulerOutput lays it out.
         let advanced = out.scheduled.len();
         for &(handle, n, computed, new_blocks) in &running_entries {
-            describe_running(out, self.get(handle), handle, n, computed, new_blocks);
+            describe_running(out, self.describe_running, self.get(handle), handle, n, computed, new_blocks);
         }
         for &(handle, n, computed, resumed) in &admitted {
             let request = self.get(handle);
