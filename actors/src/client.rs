@@ -177,10 +177,10 @@ pub struct Client {
     stage_waiting: bool,
     timers: BTreeMap<(u64, u64), Timer>,
     timer_sequence: u64,
-    live: BTreeMap<usize, LiveRequest>,
+    live: BTreeMap<usize, Box<LiveRequest>>,
     next_live: usize,
     /// The calls of live requests, by key.
-    calls: BTreeMap<u64, Call>,
+    calls: BTreeMap<u64, Box<Call>>,
     ledger: CallLedger,
     ended: u64,
     outstanding: u64,
@@ -379,7 +379,7 @@ impl Client {
                 calls[i] = Some(key);
                 self.calls.insert(
                     key,
-                    Call {
+                    Box::new(Call {
                         key,
                         name: if single { spec.id.clone() } else { format!("{}/{}", spec.id, node.id) },
                         request: spec.id.clone(),
@@ -399,13 +399,13 @@ impl Client {
                         request_e2e_us: None,
                         settled_us: None,
                         disaggregated: None,
-                    },
+                    }),
                 );
             }
         }
         self.live.insert(
             live,
-            LiveRequest {
+            Box::new(LiveRequest {
                 arrival_us: now_us,
                 stage: planned.stage,
                 exchanges: vec![None; n],
@@ -415,7 +415,7 @@ impl Client {
                 children,
                 spec,
                 drawn,
-            },
+            }),
         );
         for i in 0..n {
             if self.live[&live].nodes[i] == NodeState::Blocked(0) {
@@ -637,7 +637,7 @@ impl Client {
         for key in request.calls.iter().flatten() {
             let call = self.calls.remove(key).expect("a live request's call");
             let fate = call.fate.clone().expect("an ended request's calls are settled");
-            self.ledger.settle(settle_key, self.record(call, fate));
+            self.ledger.settle(settle_key, self.record(*call, fate));
         }
         match self.pacing {
             Pacing::Closed { think_time_s, .. } => {
@@ -783,7 +783,7 @@ impl Client {
                     Some(_) => unanswered(call.key),
                     None => Fate::NotStarted,
                 });
-                self.record(call, fate)
+                self.record(*call, fate)
             })
             .collect()
     }
