@@ -42,6 +42,8 @@ pub struct KvCacheManager {
     tables: usize,
     stats: PrefixCacheStats,
     scratch: Vec<u8>,
+    /// A request's tokens, copied for the KV events' hashes and contents.
+    tokens: Vec<u32>,
 }
 
 impl KvCacheManager {
@@ -58,6 +60,7 @@ impl KvCacheManager {
             tables: 0,
             stats: PrefixCacheStats::default(),
             scratch: Vec::new(),
+            tokens: Vec::new(),
         }
     }
 
@@ -218,16 +221,18 @@ impl KvCacheManager {
 
     /// [`KvCacheManager::cache_blocks`] for blocks `cached..full`, at least one.
     fn cache_new_full_blocks(&mut self, request: &mut Request, cached: usize, full: usize) {
+        // The hashes and tokens are read only for the KV events, when they are recorded.
+        self.tokens.clear();
         if self.pool.records_events() {
             let block_size = self.block_size as usize;
-            request.extend_hashes(full * block_size, block_size, &mut self.scratch);
+            request.extend_hashes(full * block_size, block_size, &mut self.tokens, &mut self.scratch);
         }
         self.pool.cache_full_blocks(
             request.spec.key,
             &request.blocks,
             &request.block_keys,
             &request.block_hashes,
-            request.tokens(),
+            &self.tokens,
             self.block_size as usize,
             cached,
             full,
@@ -239,7 +244,7 @@ impl KvCacheManager {
     /// events).
     pub(crate) fn hash_all_blocks(&mut self, request: &mut Request) {
         let num_tokens = request.num_tokens() as usize;
-        request.extend_hashes(num_tokens, self.block_size as usize, &mut self.scratch);
+        request.extend_hashes(num_tokens, self.block_size as usize, &mut self.tokens, &mut self.scratch);
     }
 
     /// Return a request's blocks to the pool, last block first.

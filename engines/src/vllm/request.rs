@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::block_hash::{BlockHash, BlockKey, extend_hashes, extend_keys};
+use super::block_hash::{BlockHash, BlockKey, extend_hashes, extend_keys, key_block};
 use super::block_pool::BlockId;
 
 /// A request handed to an engine: its prompt and the output it will generate.
@@ -45,11 +45,9 @@ pub enum Status {
 /// A request inside the engine.
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
+    /// The request as handed over: its prompt, then every output id it will generate (read
+    /// where they are, never copied); its first `num_tokens` are vLLM's `all_token_ids`.
     pub(crate) spec: EngineRequest,
-    /// The prompt and every output id it will generate, written once; the first `num_tokens`
-    /// are vLLM's `all_token_ids` (so a step's new token is read where it will stay, not
-    /// appended).
-    planned_tokens: Vec<u32>,
     num_tokens: u32,
     pub(crate) num_prompt_tokens: u32,
     pub(crate) max_tokens: u32,
@@ -77,21 +75,16 @@ impl Request {
         hash_block_size: Option<usize>,
         scratch: &mut Vec<u8>,
     ) -> Request {
-        let mut planned_tokens =
-            Vec::with_capacity(spec.prompt_token_ids.len() + spec.output_token_ids.len());
-        planned_tokens.extend_from_slice(&spec.prompt_token_ids);
-        planned_tokens.extend_from_slice(&spec.output_token_ids);
         let num_prompt_tokens = spec.prompt_token_ids.len() as u32;
         let mut block_keys = Vec::new();
         if let Some(block_size) = hash_block_size {
-            block_keys.reserve(planned_tokens.len() / block_size);
+            block_keys.reserve((spec.prompt_token_ids.len() + spec.output_token_ids.len()) / block_size);
             extend_keys(&mut block_keys, &spec.prompt_token_ids, block_size, scratch);
         }
         Request {
             num_prompt_tokens,
             max_tokens: spec.output_token_ids.len() as u32,
             spec: spec.clone(),
-            planned_tokens,
             num_tokens: num_prompt_tokens,
             num_computed_tokens: 0,
             num_output_placeholders: 0,
@@ -120,19 +113,32 @@ impl Request {
         self.num_tokens
     }
 
-    /// The prompt and the tokens generated so far (vLLM's `all_token_ids`).
-    pub(crate) fn tokens(&self) -> &[u32] {
-        &self.planned_tokens[..self.num_tokens as usize]
+    /// Its first `count` tokens (of vLLM's `all_token_ids`: the prompt and the tokens generated
+    /// so far), copied into `into` (cleared first).
+    pub(crate) fn copy_first_tokens<'a>(&self, count: usize, into: &'a mut Vec<u32>) -> &'a [u32] {
+        let prompt = &self.spec.prompt_token_ids;
+        into.clear();
+        into.extend_from_slice(&prompt[..count.min(prompt.len())]);
+        into.extend_from_slice(&self.spec.output_token_ids[..count.saturating_sub(prompt.len())]);
+        into
     }
 
-    /// Extend its SHA-256 block hashes over every full block of its first `num_tokens` tokens.
-    pub(crate) fn extend_hashes(&mut self, num_tokens: usize, block_size: usize, scratch: &mut Vec<u8>) {
-        extend_hashes(&mut self.block_hashes, &self.planned_tokens[..num_tokens], block_size, scratch);
+    /// Extend its SHA-256 block hashes over every full block of its first `num_tokens` tokens,
+    /// copied into `tokens` (and left there).
+    pub(crate) fn extend_hashes(
+        &mut self,
+        num_tokens: usize,
+        block_size: usize,
+        tokens: &mut Vec<u32>,
+        scratch: &mut Vec<u8>,
+    ) {
+        self.copy_first_tokens(num_tokens, tokens);
+        extend_hashes(&mut self.block_hashes, tokens, block_size, scratch);
     }
 
     /// The next output id, the one the next sampled token is.
     pub(crate) fn next_output(&self) -> u32 {
-        self.planned_tokens[self.num_tokens as usize]
+        self.spec.output_token_ids[(self.num_tokens - self.num_prompt_tokens) as usize]
     }
 
     /// Tokens generated so far.
@@ -164,8 +170,61 @@ impl Request {
         if let Some(block_size) = hash_block_size
             && self.num_tokens as usize & (block_size - 1) == 0
         {
-            let tokens = &self.planned_tokens[..self.num_tokens as usize];
-            extend_keys(&mut self.block_keys, tokens, block_size, scratch);
+            self.key_blocks(self.num_tokens as usize / block_size, block_size, scratch);
         }
+    }
+
+    /// Key its blocks up to `full`, those not keyed yet (a block spanning the prompt's end is
+    /// gathered from both halves).
+    fn key_blocks(&mut self, full: usize, block_size: usize, scratch: &mut Vec<u8>) {
+        let (prompt, output) = (&self.spec.prompt_token_ids, &self.spec.output_token_ids);
+        for i in self.block_keys.len()..full {
+            let (start, end) = (i * block_size, (i + 1) * block_size);
+            let parent = if i == 0 { 0 } else { self.block_keys[i - 1] };
+            let key = if start >= prompt.len() {
+                key_block(parent, &output[start - prompt.len()..end - prompt.len()], scratch)
+            } else if end <= prompt.len() {
+                key_block(parent, &prompt[start..end], scratch)
+            } else {
+                let spanning: Vec<u32> =
+                    prompt[start..].iter().chain(&output[..end - prompt.len()]).copied().collect();
+                key_block(parent, &spanning, scratch)
+            };
+            self.block_keys.push(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_made_as_outputs_are_counted_are_the_keys_of_all_the_tokens_at_once() {
+        // A prompt ending mid-block: the second block spans it and the first outputs.
+        let prompt: Vec<u32> = (0..20).collect();
+        let output: Vec<u32> = (100..150).collect();
+        let spec = EngineRequest {
+            key: 1,
+            name: Arc::from("r1"),
+            priority: 0,
+            prompt_token_ids: prompt.clone().into(),
+            output_token_ids: output.clone().into(),
+            arrival_us: 0,
+        };
+        let mut scratch = Vec::new();
+        let mut request = Request::new(&spec, Some(16), &mut scratch);
+        assert_eq!(request.block_keys.len(), 1, "one full block of prompt");
+        let all: Vec<u32> = prompt.iter().chain(&output).copied().collect();
+        for generated in 1..=output.len() {
+            assert_eq!(request.next_output(), output[generated - 1]);
+            request.append_output(Some(16), &mut scratch);
+            let mut expected = Vec::new();
+            extend_keys(&mut expected, &all[..20 + generated], 16, &mut scratch);
+            assert_eq!(request.block_keys, expected, "after {generated} outputs");
+        }
+        let mut tokens = Vec::new();
+        assert_eq!(request.copy_first_tokens(all.len(), &mut tokens), &all[..]);
+        assert_eq!(request.copy_first_tokens(25, &mut tokens), &all[..25]);
     }
 }
