@@ -71,11 +71,15 @@ pub fn hash_block(parent: &BlockHash, tokens: &[u32], scratch: &mut Vec<u8>) -> 
 /// The key of a block of `tokens` whose predecessor's key is `parent`.
 pub fn key_block(parent: BlockKey, tokens: &[u32], scratch: &mut Vec<u8>) -> BlockKey {
     scratch.clear();
-    scratch.resize(16 + 4 * tokens.len(), 0);
-    let (head, body) = scratch.split_at_mut(16);
-    head.copy_from_slice(&parent.to_le_bytes());
-    for (bytes, &token) in body.chunks_exact_mut(4).zip(tokens) {
-        bytes.copy_from_slice(&token.to_le_bytes());
+    scratch.reserve(16 + 4 * tokens.len());
+    scratch.extend_from_slice(&parent.to_le_bytes());
+    if cfg!(target_endian = "little") {
+        // The ids' own bytes are their little-endian bytes: one copy.
+        scratch.extend_from_slice(bytemuck::cast_slice(tokens));
+    } else {
+        for &token in tokens {
+            scratch.extend_from_slice(&token.to_le_bytes());
+        }
     }
     xxh3_128(scratch)
 }
