@@ -156,9 +156,10 @@ enum Ahead {
 }
 
 /// A client's source read, and its requests' ids drawn, on a thread of their own, up to
-/// [`BATCHES_AHEAD`] batches of [`BATCH`] requests ahead. The id buffers of the calls sent go
-/// back to be reused there; a prompt with no history, and every output, is assembled there into
-/// the shared array the engine request carries, so the simulation's thread copies no id.
+/// [`BATCHES_AHEAD`] batches of [`BATCH`] requests ahead. A prompt with no history, and every
+/// output, is assembled there into the shared array the engine request carries, so the
+/// simulation's thread copies no id; the part buffers of a prompt with a history go back to be
+/// reused there once the client has assembled it.
 pub(crate) struct DrawAhead {
     requests: Option<Receiver<Ahead>>,
     /// The batch being taken, in order.

@@ -167,11 +167,14 @@ mod tests {
             xxh3_128(&[0u8; 16]),
             "an empty block keys its parent alone"
         );
-        // A block of vLLM's default size takes the path on the stack; the same bytes.
-        let block: Vec<u32> = (0..16).map(|i| 0x0101_0101 * i + 7).collect();
-        let mut bytes = parent.to_le_bytes().to_vec();
-        block.iter().for_each(|t| bytes.extend_from_slice(&t.to_le_bytes()));
-        assert_eq!(key_block(parent, &block, &mut scratch), xxh3_128(&bytes));
+        // A block of vLLM's default size takes the path on the stack, others the buffer: the
+        // same bytes.
+        for size in [15u32, 16, 17, 32] {
+            let block: Vec<u32> = (0..size).map(|i| 0x0101_0101 * i + 7).collect();
+            let mut bytes = parent.to_le_bytes().to_vec();
+            block.iter().for_each(|t| bytes.extend_from_slice(&t.to_le_bytes()));
+            assert_eq!(key_block(parent, &block, &mut scratch), xxh3_128(&bytes), "{size} tokens");
+        }
     }
 
     #[test]

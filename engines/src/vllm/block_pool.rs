@@ -305,12 +305,13 @@ impl BlockPool {
         if cached >= full {
             return;
         }
-        for later in keys[cached..full].iter().take(PREFETCH_DISTANCE as usize) {
-            self.prefetch_slot(*later);
+        let ahead = PREFETCH_DISTANCE as usize;
+        for later in cached..full.min(cached + ahead) {
+            self.prefetch_key_of(blocks, keys, later);
         }
         for (i, &id) in blocks[cached..full].iter().enumerate() {
-            if let Some(later) = keys[cached..full].get(i + PREFETCH_DISTANCE as usize) {
-                self.prefetch_slot(*later);
+            if cached + i + ahead < full {
+                self.prefetch_key_of(blocks, keys, cached + i + ahead);
             }
             if id == 0 {
                 continue;
@@ -421,9 +422,14 @@ impl BlockPool {
         }
     }
 
-    /// Start fetching the home slot of `key` in the index.
-    fn prefetch_slot(&self, key: BlockKey) {
-        mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
+    /// Start fetching the index slot block `blocks[at]` will be cached under (none for the null
+    /// block, which is never cached and may have no key).
+    fn prefetch_key_of(&self, blocks: &[BlockId], keys: &[BlockKey], at: usize) {
+        if blocks[at] != 0
+            && let Some(&key) = keys.get(at)
+        {
+            mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
+        }
     }
 
     fn push_tail(&mut self, id: u32) {

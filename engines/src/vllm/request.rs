@@ -46,7 +46,8 @@ pub enum Status {
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
     /// The request as handed over: its prompt, then every output id it will generate (read
-    /// where they are, never copied); its first `num_tokens` are vLLM's `all_token_ids`.
+    /// where they are; copied only for recorded KV events); the first `num_tokens` of them are
+    /// vLLM's `all_token_ids`.
     pub(crate) spec: EngineRequest,
     num_tokens: u32,
     pub(crate) num_prompt_tokens: u32,
@@ -201,30 +202,36 @@ mod tests {
 
     #[test]
     fn keys_made_as_outputs_are_counted_are_the_keys_of_all_the_tokens_at_once() {
-        // A prompt ending mid-block: the second block spans it and the first outputs.
-        let prompt: Vec<u32> = (0..20).collect();
-        let output: Vec<u32> = (100..150).collect();
-        let spec = EngineRequest {
-            key: 1,
-            name: Arc::from("r1"),
-            priority: 0,
-            prompt_token_ids: prompt.clone().into(),
-            output_token_ids: output.clone().into(),
-            arrival_us: 0,
-        };
-        let mut scratch = Vec::new();
-        let mut request = Request::new(&spec, Some(16), &mut scratch);
-        assert_eq!(request.block_keys.len(), 1, "one full block of prompt");
-        let all: Vec<u32> = prompt.iter().chain(&output).copied().collect();
-        for generated in 1..=output.len() {
-            assert_eq!(request.next_output(), output[generated - 1]);
-            request.append_output(Some(16), &mut scratch);
-            let mut expected = Vec::new();
-            extend_keys(&mut expected, &all[..20 + generated], 16, &mut scratch);
-            assert_eq!(request.block_keys, expected, "after {generated} outputs");
+        // Prompts ending mid-block (a block then spans the prompt and the first outputs), on a
+        // block boundary, and shorter than a block; several block sizes.
+        for block_size in [8usize, 16, 32] {
+            for prompt_len in [1u32, 20, 32, 33] {
+                let prompt: Vec<u32> = (0..prompt_len).collect();
+                let output: Vec<u32> = (100..150).collect();
+                let spec = EngineRequest {
+                    key: 1,
+                    name: Arc::from("r1"),
+                    priority: 0,
+                    prompt_token_ids: prompt.clone().into(),
+                    output_token_ids: output.clone().into(),
+                    arrival_us: 0,
+                };
+                let mut scratch = Vec::new();
+                let mut request = Request::new(&spec, Some(block_size), &mut scratch);
+                let all: Vec<u32> = prompt.iter().chain(&output).copied().collect();
+                let case = format!("block size {block_size}, prompt {prompt_len}");
+                assert_eq!(request.block_keys.len(), prompt.len() / block_size, "{case}");
+                for generated in 1..=output.len() {
+                    assert_eq!(request.next_output(), output[generated - 1], "{case}");
+                    request.append_output(Some(block_size), &mut scratch);
+                    let mut expected = Vec::new();
+                    extend_keys(&mut expected, &all[..prompt.len() + generated], block_size, &mut scratch);
+                    assert_eq!(request.block_keys, expected, "{case}, after {generated} outputs");
+                }
+                let mut tokens = Vec::new();
+                assert_eq!(request.copy_first_tokens(all.len(), &mut tokens), &all[..], "{case}");
+                assert_eq!(request.copy_first_tokens(25, &mut tokens), &all[..25], "{case}");
+            }
         }
-        let mut tokens = Vec::new();
-        assert_eq!(request.copy_first_tokens(all.len(), &mut tokens), &all[..]);
-        assert_eq!(request.copy_first_tokens(25, &mut tokens), &all[..25]);
     }
 }
