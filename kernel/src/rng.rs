@@ -131,11 +131,22 @@ impl Substream {
             let batch = &mut words[..owed.min(BULK_WORDS)];
             // The words `next_u64` would give, in order (little-endian, as `fill_bytes`).
             self.rng.fill(batch);
-            let mut kept = 0;
-            for &word in batch.iter() {
+            // A word is rejected with probability below n / 2^64, so the batch is first taken
+            // whole, each draw in its own place; only a batch with a rejection is compacted.
+            let mut rejected = false;
+            for (draw, &word) in accepted.iter_mut().zip(batch.iter()) {
                 let product = u128::from(word) * u128::from(n);
-                accepted[kept] = (product >> 64) as u64;
-                kept += usize::from((product as u64) >= threshold);
+                *draw = (product >> 64) as u64;
+                rejected |= (product as u64) < threshold;
+            }
+            let mut kept = batch.len();
+            if rejected {
+                kept = 0;
+                for &word in batch.iter() {
+                    let product = u128::from(word) * u128::from(n);
+                    accepted[kept] = (product >> 64) as u64;
+                    kept += usize::from((product as u64) >= threshold);
+                }
             }
             take(&accepted[..kept]);
             owed -= kept;
