@@ -482,16 +482,11 @@ impl Client {
                 prompt.extend_from_slice(ids);
                 continue;
             }
-            match part {
-                PromptPart::Tokens(count) => {
-                    self.draws.prompt_tokens(&spec.id, node_id, j, *count, &mut prompt)
-                }
-                PromptPart::TokenIds(ids) => prompt.extend_from_slice(ids),
-                PromptPart::Shared { name, tokens } => self.draws.shared_tokens(name, *tokens, &mut prompt),
-                PromptPart::History(of) => {
-                    let earlier = spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
-                    history(earlier, &mut prompt);
-                }
+            if let PromptPart::History(of) = part {
+                let earlier = spec.nodes.iter().position(|n| &n.id == of).expect("validated history");
+                history(earlier, &mut prompt);
+            } else {
+                self.draws.prompt_part(&spec.id, node_id, j, part, &mut prompt);
             }
         }
         prompt

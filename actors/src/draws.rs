@@ -39,20 +39,13 @@ impl TokenDraws {
     }
 
     /// `count` ids of prompt part `part` of node `node` of request `request`, appended to `into`.
-    pub(crate) fn prompt_tokens(
-        &self,
-        request: &str,
-        node: &str,
-        part: usize,
-        count: u32,
-        into: &mut Vec<u32>,
-    ) {
+    fn prompt_tokens(&self, request: &str, node: &str, part: usize, count: u32, into: &mut Vec<u32>) {
         let item = format!("{request}/{node}/{part}");
         self.ids(&self.component, "prompt-tokens", &item, count, into);
     }
 
     /// The ids of the shared part `name`, `count` long, appended to `into`.
-    pub(crate) fn shared_tokens(&self, name: &str, count: u32, into: &mut Vec<u32>) {
+    fn shared_tokens(&self, name: &str, count: u32, into: &mut Vec<u32>) {
         self.ids("workload", "shared-tokens", name, count, into);
     }
 
@@ -82,7 +75,7 @@ impl TokenDraws {
                             matches!(part, PromptPart::Tokens(_) | PromptPart::Shared { .. }).then(|| {
                                 let mut ids = spare.pop().unwrap_or_default();
                                 ids.clear();
-                                self.draw_part(&spec.id, &node.id, j, part, &mut ids);
+                                self.prompt_part(&spec.id, &node.id, j, part, &mut ids);
                                 ids
                             })
                         })
@@ -91,7 +84,7 @@ impl TokenDraws {
                 } else {
                     scratch.clear();
                     for (j, part) in call.prompt.iter().enumerate() {
-                        self.draw_part(&spec.id, &node.id, j, part, scratch);
+                        self.prompt_part(&spec.id, &node.id, j, part, scratch);
                     }
                     DrawnPrompt::Whole(Arc::from(scratch.as_slice()))
                 };
@@ -103,9 +96,16 @@ impl TokenDraws {
         Drawn { nodes }
     }
 
-    /// The ids of prompt part `part` (number `j` of node `node`) appended to `into`: drawn, or
-    /// given; a history has none here.
-    fn draw_part(&self, request: &str, node: &str, j: usize, part: &PromptPart, into: &mut Vec<u32>) {
+    /// The ids of prompt part `part` (number `j` of node `node` of request `request`) appended
+    /// to `into`: drawn, or given; a history, which only the run knows, has none here.
+    pub(crate) fn prompt_part(
+        &self,
+        request: &str,
+        node: &str,
+        j: usize,
+        part: &PromptPart,
+        into: &mut Vec<u32>,
+    ) {
         match part {
             PromptPart::Tokens(count) => self.prompt_tokens(request, node, j, *count, into),
             PromptPart::Shared { name, tokens } => self.shared_tokens(name, *tokens, into),

@@ -95,10 +95,31 @@ pub fn key_block(parent: BlockKey, tokens: &[u32], scratch: &mut Vec<u8>) -> Blo
 
 /// Extend `keys` with the keys of every full block of `tokens` not keyed yet.
 pub fn extend_keys(keys: &mut Vec<BlockKey>, tokens: &[u32], block_size: usize, scratch: &mut Vec<u8>) {
-    let full = tokens.len() / block_size;
+    extend_keys_of_halves(keys, tokens, &[], block_size, scratch);
+}
+
+/// [`extend_keys`] over the tokens `head` then `tail`, held apart (a request's prompt and its
+/// outputs so far); a block spanning both is gathered.
+pub fn extend_keys_of_halves(
+    keys: &mut Vec<BlockKey>,
+    head: &[u32],
+    tail: &[u32],
+    block_size: usize,
+    scratch: &mut Vec<u8>,
+) {
+    let full = (head.len() + tail.len()) / block_size;
     for i in keys.len()..full {
+        let (start, end) = (i * block_size, (i + 1) * block_size);
         let parent = if i == 0 { 0 } else { keys[i - 1] };
-        keys.push(key_block(parent, &tokens[i * block_size..(i + 1) * block_size], scratch));
+        let key = if end <= head.len() {
+            key_block(parent, &head[start..end], scratch)
+        } else if start >= head.len() {
+            key_block(parent, &tail[start - head.len()..end - head.len()], scratch)
+        } else {
+            let spanning: Vec<u32> = head[start..].iter().chain(&tail[..end - head.len()]).copied().collect();
+            key_block(parent, &spanning, scratch)
+        };
+        keys.push(key);
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::block_hash::{BlockHash, BlockKey, extend_hashes, extend_keys, key_block};
+use super::block_hash::{BlockHash, BlockKey, extend_hashes, extend_keys, extend_keys_of_halves};
 use super::block_pool::BlockId;
 
 /// A request handed to an engine: its prompt and the output it will generate.
@@ -171,27 +171,14 @@ impl Request {
         if let Some(block_size) = hash_block_size
             && self.num_tokens as usize & (block_size - 1) == 0
         {
-            self.key_blocks(self.num_tokens as usize / block_size, block_size, scratch);
-        }
-    }
-
-    /// Key its blocks up to `full`, those not keyed yet (a block spanning the prompt's end is
-    /// gathered from both halves).
-    fn key_blocks(&mut self, full: usize, block_size: usize, scratch: &mut Vec<u8>) {
-        let (prompt, output) = (&self.spec.prompt_token_ids, &self.spec.output_token_ids);
-        for i in self.block_keys.len()..full {
-            let (start, end) = (i * block_size, (i + 1) * block_size);
-            let parent = if i == 0 { 0 } else { self.block_keys[i - 1] };
-            let key = if start >= prompt.len() {
-                key_block(parent, &output[start - prompt.len()..end - prompt.len()], scratch)
-            } else if end <= prompt.len() {
-                key_block(parent, &prompt[start..end], scratch)
-            } else {
-                let spanning: Vec<u32> =
-                    prompt[start..].iter().chain(&output[..end - prompt.len()]).copied().collect();
-                key_block(parent, &spanning, scratch)
-            };
-            self.block_keys.push(key);
+            let outputs = &self.spec.output_token_ids[..self.num_output_tokens() as usize];
+            extend_keys_of_halves(
+                &mut self.block_keys,
+                &self.spec.prompt_token_ids,
+                outputs,
+                block_size,
+                scratch,
+            );
         }
     }
 }
