@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use blis_actors::{RunError, RunOptions, RunOutput, run};
 use blis_contracts::{NodeKind, PromptPart, RequestSpec};
 use blis_kernel::HostKind;
+use tempfile::TempDir;
 
 /// One instance replaying `path` in `format` as client `trace`.
 fn scenario(path: &str, format: &str) -> String {
@@ -57,11 +58,10 @@ fn shared(id: u32, tokens: u32) -> PromptPart {
     PromptPart::Shared { name: format!("mooncake/{id}"), tokens }
 }
 
-/// Writes `text` to `name` in a scratch folder and returns the folder.
-fn scratch(test: &str, name: &str, text: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(test);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(name), text).unwrap();
+/// Writes `text` to `name` in a fresh folder, removed when dropped, and returns the folder.
+fn scratch(test: &str, name: &str, text: &str) -> TempDir {
+    let dir = tempfile::Builder::new().prefix(&format!("blis-public-traces-{test}-")).tempdir().unwrap();
+    std::fs::write(dir.path().join(name), text).unwrap();
     dir
 }
 
@@ -87,7 +87,8 @@ fn an_azure_trace_replays_one_call_per_row_at_its_time_after_the_first_row() {
 #[test]
 fn an_azure_trace_may_give_its_times_in_seconds() {
     let csv = "GeneratedTokens,TIMESTAMP,ContextTokens\n7,100.5,30\n\n2,101.25,40\n";
-    let output = replay(scratch("azure-seconds", "s.csv", csv), "s.csv", "azure-csv").unwrap();
+    let dir = scratch("azure-seconds", "s.csv", csv);
+    let output = replay(dir.path().to_path_buf(), "s.csv", "azure-csv").unwrap();
     let requests = requests(&output);
     assert_eq!(requests.iter().map(|r| r.arrival_us).collect::<Vec<_>>(), [0, 750_000]);
     assert_eq!(call(&requests[1]), (&[PromptPart::Tokens(40)][..], 2));
@@ -140,7 +141,8 @@ fn a_mooncake_trace_shares_its_hash_blocks_across_requests() {
 
 /// The refusal of a run replaying `text` as `name` in `format`.
 fn refusal(test: &str, name: &str, format: &str, text: &str) -> blis_contracts::FieldError {
-    match replay(scratch(test, name, text), name, format) {
+    let dir = scratch(test, name, text);
+    match replay(dir.path().to_path_buf(), name, format) {
         Err(RunError::Input(error)) => error,
         other => panic!("{test}: expected a refusal, got {:?}", other.map(|o| o.result.fates)),
     }
@@ -256,14 +258,12 @@ fn bad_mooncake_lines_are_refused_by_file_line_and_field() {
 
 #[test]
 fn a_trace_row_no_model_could_serve_is_refused_with_the_bound() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("azure-huge");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("huge.csv"),
+    let dir = scratch(
+        "azure-huge",
+        "huge.csv",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 23:59:58.5081260,4294967295,10\n",
-    )
-    .unwrap();
-    match replay(dir, "huge.csv", "azure-csv") {
+    );
+    match replay(dir.path().to_path_buf(), "huge.csv", "azure-csv") {
         Err(RunError::Input(e)) => {
             assert!(e.path.ends_with("huge.csv):2.nodes[0].prompt"), "{e}");
             assert!(e.cause.contains("at most 16777216 tokens"), "{e}");

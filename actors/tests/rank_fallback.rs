@@ -43,7 +43,8 @@ fn removing_an_entry_falls_back_and_the_rank_breakdown_says_so() {
     let text = without_h100_all_reduce();
     let parsed = Registry::parse(&text).unwrap();
     assert_eq!(parsed.entries().len() + 1, Registry::embedded().entries().len());
-    let path = std::env::temp_dir().join(format!("blis-registry-{}.yaml", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("blis-registry-").tempdir().unwrap();
+    let path = dir.path().join("registry.yaml");
     std::fs::write(&path, &text).unwrap();
     let reduced = CostData::load(None, Some(&path), &[]).unwrap();
     let full = CostData::embedded();

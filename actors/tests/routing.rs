@@ -34,20 +34,21 @@ fn refusal(text: &str) -> blis_contracts::FieldError {
 
 #[test]
 fn the_built_in_default_and_the_same_config_written_out_route_byte_identically() {
-    let dir = std::env::temp_dir().join(format!("blis-routing-default-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("default.yaml"), blis_router::config::DEFAULT_CONFIG_YAML).unwrap();
+    let dir = tempfile::Builder::new().prefix("blis-routing-default-").tempdir().unwrap();
+    std::fs::write(dir.path().join("default.yaml"), blis_router::config::DEFAULT_CONFIG_YAML).unwrap();
     let built_in = run(&eight("{ config: {} }", 10_000, 8), options(None), &mut |_| {}).unwrap();
-    let written =
-        run(&eight("{ config_file: default.yaml }", 10_000, 8), options(Some(dir.clone())), &mut |_| {})
-            .unwrap();
+    let written = run(
+        &eight("{ config_file: default.yaml }", 10_000, 8),
+        options(Some(dir.path().to_path_buf())),
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(built_in.result.fates.completed, 10_000);
     // The call records (the calls.jsonl header differs: its workload hash covers the scenario text).
     assert!(built_in.calls == written.calls, "the two configs routed differently");
     // And it is not round-robin in disguise.
     let round_robin = run(&eight("{ policy: round-robin }", 10_000, 8), options(None), &mut |_| {}).unwrap();
     assert!(built_in.calls_jsonl() != round_robin.calls_jsonl());
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

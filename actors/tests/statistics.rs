@@ -200,11 +200,11 @@ fn an_overloaded_run_is_stopped_once_its_backlog_is_large() {
 fn calls_streamed_to_a_file_are_the_calls_kept_in_memory_and_in_end_order() {
     let text = scenario("replications: 2", "", 2, 8.0, 120);
     let kept = run_with(&text, 1);
-    let path = std::env::temp_dir().join(format!("blis-actor-streamed-{}.jsonl", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("blis-actor-streamed-").tempdir().unwrap();
+    let path = dir.path().join("calls.jsonl");
     let options = RunOptions { threads: Some(2), calls_path: Some(path.clone()), ..RunOptions::default() };
     let streamed = run(&text, options, &mut |_| {}).unwrap();
     let written = std::fs::read(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
     assert!(streamed.calls.is_empty(), "streamed calls are not also kept");
     assert_eq!(written, kept.calls_jsonl());
     assert_eq!(streamed.result_json(), kept.result_json());
@@ -220,7 +220,8 @@ fn calls_streamed_to_a_file_are_the_calls_kept_in_memory_and_in_end_order() {
 fn skipping_the_calls_digest_changes_no_written_byte_and_no_kept_call() {
     let text = scenario("replications: 2", "", 2, 8.0, 60);
     let digested = run_with(&text, 1);
-    let path = std::env::temp_dir().join(format!("blis-actor-undigested-{}.jsonl", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("blis-actor-undigested-").tempdir().unwrap();
+    let path = dir.path().join("calls.jsonl");
     let streamed = RunOptions {
         threads: Some(1),
         calls_path: Some(path.clone()),
@@ -229,7 +230,6 @@ fn skipping_the_calls_digest_changes_no_written_byte_and_no_kept_call() {
     };
     let undigested = run(&text, streamed, &mut |_| {}).unwrap();
     let written = std::fs::read(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
     assert_eq!(written, digested.calls_jsonl());
     assert_eq!(undigested.result_json(), digested.result_json());
     assert_eq!(undigested.calls_sha256, None);
@@ -246,9 +246,8 @@ fn one_replication_accounted_on_a_second_thread_writes_the_same_bytes() {
     // 0's records; with one thread the simulation does. Every selection: streamed in full, a
     // sample (whose displaced records come back to be freed), none, and kept in memory.
     let text = scenario("replications: 1", "", 2, 8.0, 400);
-    let path = |tag: &str| {
-        std::env::temp_dir().join(format!("blis-actor-accounted-{}-{tag}.jsonl", std::process::id()))
-    };
+    let dir = tempfile::Builder::new().prefix("blis-actor-accounted-").tempdir().unwrap();
+    let path = |tag: &str| dir.path().join(format!("{tag}.jsonl"));
     for (tag, calls) in
         [("all", CallSelection::All), ("sample", CallSelection::Sample(50)), ("none", CallSelection::None)]
     {
@@ -262,7 +261,6 @@ fn one_replication_accounted_on_a_second_thread_writes_the_same_bytes() {
             };
             let out = run(&text, options, &mut |_| {}).unwrap();
             let written = std::fs::read(&file).ok();
-            let _ = std::fs::remove_file(&file);
             (out.result_json(), written, out.comparable_digest())
         };
         let one = with(1);

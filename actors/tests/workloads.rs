@@ -4,12 +4,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use blis_actors::{AssemblyOptions, EngineHost, RunError, RunOptions, RunOutput, assemble, run};
 use blis_contracts::{CallRecord, Fate, Scenario};
 use blis_costmodel::CostData;
 use blis_kernel::HostKind;
+use tempfile::TempDir;
 
 /// One instance serving `workload` (YAML, indented under `workload:`), with extra engine args.
 fn scenario(args: &str, workload: &str) -> String {
@@ -67,10 +68,9 @@ fn run_exporting(
     )
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder for `name`, removed when dropped, even when the test fails.
+fn scratch(name: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("blis-workloads-{name}-")).tempdir().unwrap()
 }
 
 /// The calls without the fields that name where a workload came from.
@@ -86,10 +86,10 @@ fn an_exported_workload_replays_to_the_same_calls_and_metrics() {
     let mut replays = String::from("  replays:\n");
     for (client, requests) in &original.workloads {
         let lines: Vec<String> = requests.iter().map(|r| serde_json::to_string(r).unwrap()).collect();
-        std::fs::write(dir.join(format!("{client}.jsonl")), lines.join("\n") + "\n").unwrap();
+        std::fs::write(dir.path().join(format!("{client}.jsonl")), lines.join("\n") + "\n").unwrap();
         replays.push_str(&format!("    - {{ name: {client}, path: {client}.jsonl }}\n"));
     }
-    let replayed = run_text(&scenario("", &replays), Some(dir), false).unwrap();
+    let replayed = run_text(&scenario("", &replays), Some(dir.path().to_path_buf()), false).unwrap();
     assert_eq!(comparable(&replayed.calls), comparable(&original.calls));
     assert_eq!(replayed.result.metrics, original.result.metrics);
     assert_eq!(replayed.result.fates, original.result.fates);
@@ -113,11 +113,11 @@ fn a_workload_exported_as_token_ids_replays_to_the_same_calls() {
             }
         }
         let lines: Vec<String> = requests.iter().map(|r| serde_json::to_string(r).unwrap()).collect();
-        std::fs::write(dir.join(format!("{client}.jsonl")), lines.join("\n") + "\n").unwrap();
+        std::fs::write(dir.path().join(format!("{client}.jsonl")), lines.join("\n") + "\n").unwrap();
         replays.push_str(&format!("    - {{ name: {client}, path: {client}.jsonl }}\n"));
     }
     assert!(histories > 0, "later turns (history parts) were exported as ids too");
-    let replayed = run_text(&scenario("", &replays), Some(dir), false).unwrap();
+    let replayed = run_text(&scenario("", &replays), Some(dir.path().to_path_buf()), false).unwrap();
     assert_eq!(comparable(&replayed.calls), comparable(&original.calls));
     assert_eq!(replayed.result.metrics, original.result.metrics);
 }
@@ -145,10 +145,10 @@ fn common_random_numbers_give_two_configurations_the_same_requests() {
     assert_eq!(inputs(&one), inputs(&other));
 }
 
-/// Writes `lines` as a workload file and returns the scenario that replays it.
-fn replay_scenario(name: &str, lines: &[&str], args: &str) -> (String, PathBuf) {
+/// Writes `lines` as a workload file and returns the scenario that replays it, and its folder.
+fn replay_scenario(name: &str, lines: &[&str], args: &str) -> (String, TempDir) {
     let dir = scratch(name);
-    std::fs::write(dir.join("w.jsonl"), lines.join("\n") + "\n").unwrap();
+    std::fs::write(dir.path().join("w.jsonl"), lines.join("\n") + "\n").unwrap();
     (scenario(args, "  replays:\n    - { name: dag, path: w.jsonl }\n"), dir)
 }
 
@@ -157,7 +157,7 @@ fn a_dag_releases_parallel_branches_together_and_a_join_after_both() {
     // a → (b, tool c of 300 ms) → d joins both; e runs in parallel with a from the start.
     let line = r#"{"id":"r","arrival_us":1000,"nodes":[{"kind":"llm","id":"a","prompt":[{"tokens":300}],"output_tokens":20},{"kind":"llm","id":"e","prompt":[{"tokens":50}],"output_tokens":5},{"kind":"llm","id":"b","parents":["a"],"prompt":[{"history":"a"},{"tokens":30}],"output_tokens":40},{"kind":"tool","id":"c","parents":["a"],"duration_us":300000},{"kind":"llm","id":"d","parents":["b","c"],"prompt":[{"history":"b"},{"tokens":10}],"output_tokens":3}]}"#;
     let (text, dir) = replay_scenario("dag", &[line], "");
-    let output = run_text(&text, Some(dir), false).unwrap();
+    let output = run_text(&text, Some(dir.path().to_path_buf()), false).unwrap();
     let call = |node: &str| output.calls.iter().find(|c| c.node == node).unwrap();
     let end = |c: &CallRecord| c.arrival_us + c.e2e_us().unwrap();
     let (a, b, d, e) = (call("a"), call("b"), call("d"), call("e"));
@@ -199,8 +199,11 @@ fn a_lone_client_drawing_its_token_ids_ahead_sends_the_same_calls() {
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
     let (text, dir) = replay_scenario("draw-ahead", &lines, "");
     let with = |threads: usize| {
-        let options =
-            RunOptions { base_dir: Some(dir.clone()), threads: Some(threads), ..RunOptions::default() };
+        let options = RunOptions {
+            base_dir: Some(dir.path().to_path_buf()),
+            threads: Some(threads),
+            ..RunOptions::default()
+        };
         run(&text, options, &mut |_| {}).unwrap()
     };
     let one = with(1);
@@ -336,7 +339,7 @@ fn bad_workload_files_are_refused_by_file_line_and_field() {
     ];
     for (i, (line, path, cause)) in cases.iter().enumerate() {
         let (text, dir) = replay_scenario(&format!("bad-{i}"), &[good, line], "");
-        match run_text(&text, Some(dir), false) {
+        match run_text(&text, Some(dir.path().to_path_buf()), false) {
             Err(RunError::Input(error)) => {
                 assert_eq!(
                     error.path,

@@ -6,8 +6,8 @@ use std::process::Command;
 
 #[test]
 fn the_ci_script_runs_with_the_target_dir_elsewhere() {
-    let root = std::env::temp_dir().join(format!("blis-actor-ci-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let scratch = tempfile::Builder::new().prefix("blis-actor-ci-").tempdir().unwrap();
+    let root = scratch.path();
     let (ci, tools) = (root.join(".ci"), root.join("tools"));
     std::fs::create_dir_all(&ci).unwrap();
     std::fs::create_dir_all(&tools).unwrap();
@@ -44,5 +44,4 @@ fn the_ci_script_runs_with_the_target_dir_elsewhere() {
     assert!(!root.join("target").exists(), "nothing is written to target/ by name");
     let given = std::fs::read_to_string(root.join("scripts/ci/given")).expect("the Slurm step ran");
     assert_eq!(given.trim(), root.join("elsewhere/debug/blis-actor").display().to_string());
-    let _ = std::fs::remove_dir_all(root);
 }

@@ -1,7 +1,8 @@
 //! The command line: exit codes, the refusal message, the files written.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use tempfile::TempDir;
 
 fn blis_actor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blis-actor")).args(args).output().expect("the binary runs")
@@ -11,10 +12,9 @@ fn fixture(name: &str) -> String {
     format!("{}/../fixtures/tests/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("blis-actor-cli-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A fresh folder for `test`, removed when dropped, even when the test fails.
+fn scratch(test: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("blis-actor-cli-{test}-")).tempdir().unwrap()
 }
 
 #[test]
@@ -41,7 +41,8 @@ fn a_missing_scenario_file_exits_2() {
 
 #[test]
 fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
-    let out = scratch("run");
+    let dir = scratch("run");
+    let out = dir.path().join("out");
     let output = blis_actor(&[
         "run",
         &fixture("small.yaml"),
@@ -80,13 +81,12 @@ fn a_run_writes_its_result_and_calls_and_prints_a_summary() {
         first["token_latency_us"].as_array().unwrap().len() as u64,
         first["output_tokens"].as_u64().unwrap()
     );
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
 fn a_traced_and_recorded_run_checks_and_replays_and_a_broken_trace_fails_the_check() {
-    let out = scratch("trace");
-    std::fs::create_dir_all(&out).unwrap();
+    let dir = scratch("trace");
+    let out = dir.path();
     let trace = out.join("trace.json");
     let record = out.join("run.log");
     let output = blis_actor(&[
@@ -120,7 +120,6 @@ fn a_traced_and_recorded_run_checks_and_replays_and_a_broken_trace_fails_the_che
     let check = blis_actor(&["trace-check", broken.to_str().unwrap()]);
     assert_eq!(check.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&check.stdout).contains("complete slice without dur"));
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -153,8 +152,7 @@ fn the_catalog_lists_chips_models_and_entries_with_ranks() {
 #[test]
 fn an_ambiguous_registry_is_refused_naming_both_entries() {
     let dir = scratch("registry");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("registry.yaml");
+    let path = dir.path().join("registry.yaml");
     let embedded = blis_costmodel::EMBEDDED_REGISTRY;
     let twin = "  - family: host\n    chip: \"*\"\n    rank: literature\n    source: \"a second opinion\"\n    params: { step_us: 1, step_us_per_peer: 0, request_us: 0, sampled_token_us: 0 }\n";
     // The twin goes at the end of the entries (before the uncertainty section, if any).
@@ -168,7 +166,6 @@ fn an_ambiguous_registry_is_refused_naming_both_entries() {
         stderr.contains("ambiguous") && stderr.contains("a second opinion") && stderr.contains("lower ends"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn workload_fixture(name: &str) -> String {
@@ -178,8 +175,7 @@ fn workload_fixture(name: &str) -> String {
 #[test]
 fn fit_workload_prints_every_candidate_and_writes_a_spec_that_runs() {
     let dir = scratch("fit");
-    std::fs::create_dir_all(&dir).unwrap();
-    let spec = dir.join("spec.yaml");
+    let spec = dir.path().join("spec.yaml");
     let output = blis_actor(&[
         "fit-workload",
         &workload_fixture("azure-code.csv"),
@@ -217,14 +213,14 @@ fn fit_workload_prints_every_candidate_and_writes_a_spec_that_runs() {
     assert!(workload.contains("name: azure-code") && workload.contains("requests: 12"), "{workload}");
     let small = std::fs::read_to_string(fixture("small.yaml")).unwrap();
     let cluster = &small[..small.find("workload:").unwrap()];
-    let scenario = dir.join("scenario.yaml");
+    let scenario = dir.path().join("scenario.yaml");
     std::fs::write(&scenario, format!("{cluster}{workload}")).unwrap();
     let run = blis_actor(&[
         "run",
         scenario.to_str().unwrap(),
         "--quiet",
         "--out",
-        dir.join("out").to_str().unwrap(),
+        dir.path().join("out").to_str().unwrap(),
     ]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(
@@ -232,14 +228,12 @@ fn fit_workload_prints_every_candidate_and_writes_a_spec_that_runs() {
         "{}",
         String::from_utf8_lossy(&run.stdout)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn fit_workload_refuses_a_bad_line_by_file_line_and_field() {
     let dir = scratch("fit-bad");
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("bad.csv");
+    let trace = dir.path().join("bad.csv");
     std::fs::write(&trace, "TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,10,2\n0.5,10,0\n").unwrap();
     let output = blis_actor(&["fit-workload", trace.to_str().unwrap(), "--format", "azure-csv"]);
     assert_eq!(output.status.code(), Some(2));
@@ -248,7 +242,6 @@ fn fit_workload_refuses_a_bad_line_by_file_line_and_field() {
     assert_eq!(errors.len(), 1, "{stderr}");
     assert!(errors[0].contains("bad.csv:3.GeneratedTokens = 0: must be at least 1 token"), "{stderr}");
     assert!(output.stdout.is_empty());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -362,7 +355,8 @@ fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
         "{}/../fixtures/reference-data/real-vllm-h100/20260217-203421-llama-2-70b-hf-tp4-codegen",
         env!("CARGO_MANIFEST_DIR")
     );
-    let out = std::env::temp_dir().join(format!("blis-never-{}.yaml", std::process::id()));
+    let never = scratch("never");
+    let out = never.path().join("never.yaml");
     let out = out.to_str().unwrap();
     let cases: [(&[&str], &str); 8] = [
         (&["validate-real", &dir, "--replications", "0"], "--replications = 0: must be at least 1"),
@@ -399,7 +393,8 @@ fn validate_real_and_calibrate_refuse_bad_numbers_naming_the_flag() {
 #[test]
 fn calls_are_streamed_all_sampled_or_none_and_a_bad_selection_is_refused() {
     let run = |test: &str, calls: &[&str]| {
-        let out = scratch(test);
+        let folder = scratch(test);
+        let out = folder.path().join("out");
         let scenario = fixture("small.yaml");
         let mut args = vec!["run", &scenario, "--seed", "3", "--quiet", "--replications", "1"];
         let dir = out.to_str().unwrap().to_owned();

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use tempfile::TempDir;
+
 fn blis_actor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blis-actor")).args(args).output().expect("the binary runs")
 }
@@ -14,19 +16,17 @@ fn small() -> String {
         .expect("the fixture is readable")
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("blis-actor-reliability-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder for `test`, removed when dropped, even when the test fails.
+fn scratch(test: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("blis-actor-reliability-{test}-")).tempdir().unwrap()
 }
 
 /// `small.yaml` with `from` replaced by `to` (which must occur), written to a scratch folder.
-fn variant(test: &str, from: &str, to: &str) -> (PathBuf, PathBuf) {
+fn variant(test: &str, from: &str, to: &str) -> (TempDir, PathBuf) {
     let text = small();
     assert!(text.contains(from), "{from:?} is not in small.yaml");
     let dir = scratch(test);
-    let path = dir.join("scenario.yaml");
+    let path = dir.path().join("scenario.yaml");
     std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
     (dir, path)
 }
@@ -116,7 +116,7 @@ fn rates_and_counts_whose_run_would_never_end_are_refused() {
 fn a_slow_rate_runs_to_its_end_with_every_call_completed() {
     // Fifty requests about 11.6 simulated days apart: idle time costs nothing.
     let (dir, path) = variant("slow", "rate_per_s: 5", "rate_per_s: 1e-6");
-    let out = dir.join("out");
+    let out = dir.path().join("out");
     let output = blis_actor(&["run", path.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8(output.stdout).unwrap();
@@ -161,7 +161,7 @@ fn causes_name_what_is_wrong() {
 #[test]
 fn the_result_records_build_provenance_not_a_hash_of_the_binary() {
     let (dir, path) = variant("provenance", "requests: 50", "requests: 10");
-    let out = dir.join("out");
+    let out = dir.path().join("out");
     let output = blis_actor(&["run", path.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let result: serde_json::Value =
@@ -184,7 +184,7 @@ fn a_run_where_every_call_is_dropped_reports_no_latency_and_says_why() {
     );
     let text = std::fs::read_to_string(&path).unwrap().replace("args: {}", "args: { max_model_len: 8192 }");
     std::fs::write(&path, text).unwrap();
-    let out = dir.join("out");
+    let out = dir.path().join("out");
     let output = blis_actor(&["run", path.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8(output.stdout).unwrap();
@@ -221,7 +221,7 @@ fn mooncake() -> String {
 #[test]
 fn compare_configs_reads_each_scenarios_files_from_its_own_folder() {
     let root = scratch("compare-folders");
-    let (a, b) = (root.join("a"), root.join("b"));
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
     std::fs::create_dir_all(&a).unwrap();
     std::fs::create_dir_all(&b).unwrap();
     // Only B's folder has B's trace, under a name A's folder does not have.
@@ -241,7 +241,7 @@ fn compare_configs_reads_each_scenarios_files_from_its_own_folder() {
 #[test]
 fn a_recording_of_a_replaying_run_replays_elsewhere() {
     let root = scratch("carried");
-    let (made, moved) = (root.join("made"), root.join("moved"));
+    let (made, moved) = (root.path().join("made"), root.path().join("moved"));
     std::fs::create_dir_all(&made).unwrap();
     std::fs::create_dir_all(&moved).unwrap();
     std::fs::write(made.join("trace.jsonl"), mooncake()).unwrap();
@@ -301,7 +301,7 @@ fn cost_data_outside_physical_bounds_is_refused_naming_the_field() {
     // A host step of 1e300 µs panicked the run; one of 1e12 ran ten calls for years.
     let (dir, path) = variant("registry", "requests: 50", "requests: 50");
     let registry = std::fs::read_to_string(format!("{data}/registry.yaml")).unwrap();
-    let registry_path = dir.join("registry.yaml");
+    let registry_path = dir.path().join("registry.yaml");
     std::fs::write(&registry_path, registry.replacen("step_us: 1500,", "step_us: 1e300,", 1)).unwrap();
     refused(
         &path,
@@ -309,7 +309,7 @@ fn cost_data_outside_physical_bounds_is_refused_naming_the_field() {
         &["params.step_us = 1e300", "at most 1000000 µs"],
     );
     // A bandwidth of 1e-300 B/s priced a dense model's device time as zero, silently.
-    let catalog = dir.join("catalog");
+    let catalog = dir.path().join("catalog");
     std::fs::create_dir_all(catalog.join("models")).unwrap();
     for file in ["chips.yaml", "links.yaml"] {
         std::fs::copy(format!("{data}/{file}"), catalog.join(file)).unwrap();
@@ -337,7 +337,7 @@ fn an_absurdly_large_model_is_refused_as_too_large_not_wrapped_to_a_size_that_fi
     .unwrap();
     let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
     config["hidden_size"] = serde_json::json!(1_000_000_000u32);
-    let config_path = dir.join("config.json");
+    let config_path = dir.path().join("config.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
     let flag = format!("huge={}", config_path.display());
     // Its weights saturate the byte count; their sum with the activations once wrapped around

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use tempfile::TempDir;
+
 fn blis_actor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blis-actor")).args(args).output().expect("the binary runs")
 }
@@ -13,17 +15,21 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("blis-actor-side-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder for `test`, removed when dropped, even when the test fails.
+fn scratch(test: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("blis-actor-side-{test}-")).tempdir().unwrap()
 }
 
-/// Both example runs' calls files as NAME=PATH, run once for every test.
+/// Both example runs' calls files as NAME=PATH, run once for all tests under target/ (statics never drop).
 fn example_runs(_: &Path) -> (String, String) {
     static RUNS: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
-    RUNS.get_or_init(|| run_examples(&scratch("examples"))).clone()
+    RUNS.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("side-by-side-examples");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        run_examples(&dir)
+    })
+    .clone()
 }
 
 fn run_examples(dir: &Path) -> (String, String) {
@@ -55,7 +61,7 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 #[test]
 fn compare_and_draw_put_two_simulations_side_by_side_in_every_view_and_format() {
     let dir = scratch("views");
-    let (a, b) = example_runs(&dir);
+    let (a, b) = example_runs(dir.path());
     let output = blis_actor(&["compare", &a, &b]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let table = String::from_utf8(output.stdout).unwrap();
@@ -77,7 +83,7 @@ fn compare_and_draw_put_two_simulations_side_by_side_in_every_view_and_format() 
         ("timeseries", None, (1120, 400)),
     ] {
         for format in ["png", "svg", "pdf"] {
-            let file = dir.join(format!("{view}.{format}"));
+            let file = dir.path().join(format!("{view}.{format}"));
             let mut args = vec!["draw", "--view", view, "--output", file.to_str().unwrap(), &a, &b];
             if let Some(metrics) = metrics {
                 args.extend(["--metrics", metrics]);
@@ -109,7 +115,7 @@ fn compare_and_draw_put_two_simulations_side_by_side_in_every_view_and_format() 
         (vec!["--view", "timeseries", "--metrics", "ttft_ms"], "--metrics[0] = ttft_ms"),
         (vec!["--metrics", "makespan_s"], "--metrics[0] = makespan_s"),
     ] {
-        let file = dir.join("bad.png");
+        let file = dir.path().join("bad.png");
         let mut all = vec!["draw", "--output", file.to_str().unwrap(), &a, &b];
         all.extend(args);
         let output = blis_actor(&all);
@@ -120,14 +126,14 @@ fn compare_and_draw_put_two_simulations_side_by_side_in_every_view_and_format() 
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let output = blis_actor(&["draw", "--output", dir.join("x.jpg").to_str().unwrap(), &a, &b]);
+    let output = blis_actor(&["draw", "--output", dir.path().join("x.jpg").to_str().unwrap(), &a, &b]);
     assert!(String::from_utf8_lossy(&output.stderr).contains("must end in .png, .svg or .pdf"));
 }
 
 #[test]
 fn other_work_or_other_settings_are_refused_with_the_first_difference() {
     let dir = scratch("refused");
-    let (a, b) = example_runs(&dir);
+    let (a, b) = example_runs(dir.path());
     let b_path = b.split_once('=').unwrap().1.to_owned();
     let text = std::fs::read_to_string(&b_path).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
@@ -136,7 +142,7 @@ fn other_work_or_other_settings_are_refused_with_the_first_difference() {
     let id = call["request_id"].as_str().unwrap().to_owned();
     call["input_tokens"] = (call["input_tokens"].as_u64().unwrap() + 1).into();
     lines[5] = call.to_string();
-    let edited = dir.join("edited.jsonl");
+    let edited = dir.path().join("edited.jsonl");
     std::fs::write(&edited, lines.join("\n") + "\n").unwrap();
     let output = blis_actor(&["compare", &a, &format!("edited={}", edited.display())]);
     assert_eq!(output.status.code(), Some(2));
@@ -149,7 +155,7 @@ fn other_work_or_other_settings_are_refused_with_the_first_difference() {
     let output = blis_actor(&[
         "draw",
         "--output",
-        dir.join("x.png").to_str().unwrap(),
+        dir.path().join("x.png").to_str().unwrap(),
         &a,
         &format!("edited={}", edited.display()),
     ]);
@@ -166,7 +172,7 @@ fn other_work_or_other_settings_are_refused_with_the_first_difference() {
 fn an_export_with_token_ids_is_a_workload_baseline_takes_and_baseline_refuses_to_overwrite() {
     let dir = scratch("export");
     let scenario = root().join("fixtures/tests/small.yaml");
-    let export = dir.join("wl");
+    let export = dir.path().join("wl");
     let output = blis_actor(&[
         "run",
         scenario.to_str().unwrap(),
@@ -174,7 +180,7 @@ fn an_export_with_token_ids_is_a_workload_baseline_takes_and_baseline_refuses_to
         "1",
         "--quiet",
         "--out",
-        dir.join("out").to_str().unwrap(),
+        dir.path().join("out").to_str().unwrap(),
         "--export-workload",
         export.to_str().unwrap(),
         "--token-ids",
@@ -189,13 +195,13 @@ fn an_export_with_token_ids_is_a_workload_baseline_takes_and_baseline_refuses_to
         "ids in Llama-3.1-8B's vocabulary"
     );
 
-    let config = dir.join("baseline.toml");
+    let config = dir.path().join("baseline.toml");
     std::fs::write(
         &config,
         "url = \"http://127.0.0.1:9\"\nmodel = \"m\"\nchip = \"H100-SXM\"\nrequest_timeout_s = 0\n",
     )
     .unwrap();
-    let taken = dir.join("taken.jsonl");
+    let taken = dir.path().join("taken.jsonl");
     std::fs::write(&taken, "recorded\n").unwrap();
     let args = [
         "baseline",
@@ -225,7 +231,7 @@ fn an_export_with_token_ids_is_a_workload_baseline_takes_and_baseline_refuses_to
     );
     assert_eq!(std::fs::read_to_string(&taken).unwrap(), "recorded\n");
     // No server at that port: the server check fails (exit 1) before the output is created.
-    let fresh = dir.join("fresh.jsonl");
+    let fresh = dir.path().join("fresh.jsonl");
     let output = blis_actor(&[
         "baseline",
         "--config",

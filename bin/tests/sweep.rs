@@ -2,8 +2,10 @@
 //! process writes, a point's Result equal to a plain run of its scenario, refused points never
 //! ranked, and bad specs refused by path, value and cause.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+use tempfile::TempDir;
 
 fn blis_actor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blis-actor"))
@@ -18,11 +20,9 @@ fn fixture(name: &str) -> String {
     format!("{}/../fixtures/sweep/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("blis-actor-sweep-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder for `test`, removed when dropped, even when the test fails.
+fn scratch(test: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("blis-actor-sweep-{test}-")).tempdir().unwrap()
 }
 
 fn ok(output: &Output) -> String {
@@ -54,11 +54,11 @@ fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
 fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run() {
     let dir = scratch("shards");
     let spec = fixture("shards.yaml");
-    let whole = dir.join("whole");
+    let whole = dir.path().join("whole");
     ok(&blis_actor(&["sweep", &spec, "--out", whole.to_str().unwrap(), "--quiet"]));
     let mut shards = Vec::new();
     for i in 0..4 {
-        let out = dir.join(format!("shard-{i}"));
+        let out = dir.path().join(format!("shard-{i}"));
         let printed = ok(&blis_actor(&[
             "sweep",
             &spec,
@@ -73,7 +73,7 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
         shards.push(out.to_str().unwrap().to_owned());
     }
     // A job array's task finds its shard in the environment.
-    let slurm = dir.join("slurm-2");
+    let slurm = dir.path().join("slurm-2");
     let output = Command::new(env!("CARGO_BIN_EXE_blis-actor"))
         .args(["sweep", &spec, "--out", slurm.to_str().unwrap(), "--quiet"])
         .env("SLURM_ARRAY_TASK_ID", "2")
@@ -83,7 +83,7 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
         .unwrap();
     ok(&output);
     assert_eq!(tree(&slurm), tree(Path::new(&shards[2])));
-    let merged = dir.join("merged");
+    let merged = dir.path().join("merged");
     let mut args = vec!["merge"];
     // Any order of the folders.
     args.extend(shards.iter().rev().map(String::as_str));
@@ -98,7 +98,7 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
     assert!(file("tradeoff.png").starts_with(b"\x89PNG"));
     assert!(String::from_utf8_lossy(file("tradeoff.svg")).contains("<svg"));
     // Point 0004's Result is a plain run of its scenario.
-    let plain = dir.join("plain");
+    let plain = dir.path().join("plain");
     let scenario = whole.join("points/0004/scenario.yaml");
     ok(&blis_actor(&[
         "run",
@@ -134,7 +134,7 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
         &shards[2],
         &shards[3],
         "--out",
-        dir.join("m1").to_str().unwrap(),
+        dir.path().join("m1").to_str().unwrap(),
         "--best",
         "ttft_p99_ms",
         "--spec",
@@ -142,8 +142,8 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("not the spec these shards ran"));
-    assert!(!dir.join("m1").exists(), "nothing is written for a wrong spec");
-    let ranked = dir.join("ranked");
+    assert!(!dir.path().join("m1").exists(), "nothing is written for a wrong spec");
+    let ranked = dir.path().join("ranked");
     let printed = ok(&blis_actor(&[
         "merge",
         &shards[0],
@@ -166,20 +166,26 @@ fn four_shards_merged_equal_the_one_process_sweep_and_a_point_equals_a_plain_run
         serde_json::from_slice(&std::fs::read(ranked.join("best.json")).unwrap()).unwrap();
     assert_eq!(best["fresh"]["replications"], 2);
     // A shard missing, or given twice, is refused.
-    let output =
-        blis_actor(&["merge", &shards[0], &shards[1], &shards[2], "--out", dir.join("m2").to_str().unwrap()]);
+    let output = blis_actor(&[
+        "merge",
+        &shards[0],
+        &shards[1],
+        &shards[2],
+        "--out",
+        dir.path().join("m2").to_str().unwrap(),
+    ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("shard 3/4 is missing"));
-    let output = blis_actor(&["merge", &shards[0], &shards[0], "--out", dir.join("m3").to_str().unwrap()]);
+    let output =
+        blis_actor(&["merge", &shards[0], &shards[0], "--out", dir.path().join("m3").to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("shard 0/4 again"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_point_the_upstream_refuses_is_reported_and_never_ranked() {
     let dir = scratch("refused");
-    let out = dir.join("out");
+    let out = dir.path().join("out");
     let printed = ok(&blis_actor(&[
         "sweep",
         &fixture("tensor-parallel.yaml"),
@@ -204,16 +210,15 @@ fn a_point_the_upstream_refuses_is_reported_and_never_ranked() {
     assert!([0, 2].contains(&best["selection"]["best"].as_u64().unwrap()));
     let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
     assert!(csv.lines().nth(2).unwrap().starts_with("1,3,refused,"), "{csv}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Run `command` on a spec of `body` (its base the fixture's) and return the one error line.
 fn refusal(command: &str, body: &str, extra: &[&str]) -> String {
     let dir = scratch(&format!("bad-{:x}", body.len() * 31 + extra.len()));
-    let spec = dir.join("spec.yaml");
+    let spec = dir.path().join("spec.yaml");
     std::fs::write(&spec, format!("base: {}\n{body}", fixture("base.yaml"))).unwrap();
     let mut args = vec![command, spec.to_str().unwrap()];
-    let out = dir.join("out");
+    let out = dir.path().join("out");
     if command == "sweep" {
         args.extend(["--out", out.to_str().unwrap()]);
     }
@@ -226,7 +231,6 @@ fn refusal(command: &str, body: &str, extra: &[&str]) -> String {
     let stderr = String::from_utf8(output.stderr).unwrap();
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{stderr}");
-    let _ = std::fs::remove_dir_all(dir);
     errors[0].to_owned()
 }
 
@@ -282,13 +286,18 @@ fn bad_specs_are_refused_by_path_value_and_cause() {
 #[test]
 fn capacity_answers_with_the_points_tried_and_why_each_was_rejected() {
     let dir = scratch("capacity");
-    let printed =
-        ok(&blis_actor(&["capacity", &fixture("capacity.yaml"), "--out", dir.to_str().unwrap(), "--quiet"]));
+    let printed = ok(&blis_actor(&[
+        "capacity",
+        &fixture("capacity.yaml"),
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--quiet",
+    ]));
     assert!(printed.starts_with("answer: point "), "{printed}");
     assert!(printed.contains("points judged:"), "{printed}");
     assert!(printed.contains("fresh seeds, "), "{printed}");
     let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("capacity.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.path().join("capacity.json")).unwrap()).unwrap();
     let answer = report["answer"].as_u64().expect("an answer");
     for judged in report["judged"].as_array().unwrap() {
         let meets = judged["verdict"] == "meets";
@@ -296,16 +305,15 @@ fn capacity_answers_with_the_points_tried_and_why_each_was_rejected() {
         assert_eq!(judged["reasons"].as_array().unwrap().is_empty(), meets, "{judged}");
     }
     assert_eq!(report["fresh"]["verdict"], "meets", "{report}");
-    assert!(std::fs::read(dir.join("capacity.png")).unwrap().starts_with(b"\x89PNG"));
-    let svg = std::fs::read_to_string(dir.join("capacity.svg")).unwrap();
+    assert!(std::fs::read(dir.path().join("capacity.png")).unwrap().starts_with(b"\x89PNG"));
+    let svg = std::fs::read_to_string(dir.path().join("capacity.svg")).unwrap();
     assert!(svg.contains("target 60"), "the SLO line is drawn and named");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn router_weights_are_axes_of_an_inline_router_config() {
     let dir = scratch("router");
-    let out = dir.join("out");
+    let out = dir.path().join("out");
     ok(&blis_actor(&["sweep", &fixture("router-weights.yaml"), "--out", out.to_str().unwrap(), "--quiet"]));
     let result = |id: &str| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(out.join(format!("points/{id}/result.json"))).unwrap()).unwrap()
@@ -332,16 +340,20 @@ fn router_weights_are_axes_of_an_inline_router_config() {
         "{e}"
     );
     assert!(e.contains("unknown field \"wieght\""), "{e}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The one error line of `sweep` on a spec of `body` over `base`.
 fn refusal_of(base: &str, body: &str) -> String {
     let dir = scratch("router-bad");
-    let spec = dir.join("spec.yaml");
+    let spec = dir.path().join("spec.yaml");
     std::fs::write(&spec, format!("base: {base}\n{body}")).unwrap();
-    let output =
-        blis_actor(&["sweep", spec.to_str().unwrap(), "--out", dir.join("out").to_str().unwrap(), "--quiet"]);
+    let output = blis_actor(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+        "--quiet",
+    ]);
     assert_eq!(output.status.code(), Some(2));
     String::from_utf8(output.stderr).unwrap().lines().find(|l| l.starts_with("error:")).unwrap().to_owned()
 }

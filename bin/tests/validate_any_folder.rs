@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use tempfile::TempDir;
+
 fn blis_actor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blis-actor")).args(args).output().expect("the binary runs")
 }
@@ -26,11 +28,10 @@ fn stage(sent: u32, ttft: f64, e2e: f64) -> String {
     )
 }
 
-/// An experiment folder `name` under a fresh root, laid out like reference-data.
-fn experiment(test: &str, stage_file: Option<String>) -> PathBuf {
-    let root = std::env::temp_dir().join(format!("blis-validate-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let dir = root.join("real-runs").join("20261201-000000-tiny-llama-tp1");
+/// An experiment folder under a fresh root (removed when dropped), laid out like reference-data.
+fn experiment(test: &str, stage_file: Option<String>) -> (TempDir, PathBuf) {
+    let root = tempfile::Builder::new().prefix(&format!("blis-validate-{test}-")).tempdir().unwrap();
+    let dir = root.path().join("real-runs").join("20261201-000000-tiny-llama-tp1");
     std::fs::create_dir_all(dir.join("results")).unwrap();
     std::fs::create_dir_all(dir.join("model-config")).unwrap();
     std::fs::write(dir.join("model-config/config.json"), CONFIG).unwrap();
@@ -53,7 +54,7 @@ fn experiment(test: &str, stage_file: Option<String>) -> PathBuf {
         stage_file.unwrap_or_else(|| stage(40, 0.05, 0.6)),
     )
     .unwrap();
-    dir
+    (root, dir)
 }
 
 fn path(p: &Path) -> &str {
@@ -62,7 +63,7 @@ fn path(p: &Path) -> &str {
 
 #[test]
 fn an_unknown_model_and_tokenizer_are_validated_from_the_folders_own_config() {
-    let dir = experiment("unknown", None);
+    let (_root, dir) = experiment("unknown", None);
     let json = dir.parent().unwrap().join("validation.json");
     let output = blis_actor(&["validate-real", path(&dir), "--replications", "2", "--json", path(&json)]);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -114,7 +115,7 @@ fn an_unknown_model_and_tokenizer_are_validated_from_the_folders_own_config() {
 #[test]
 fn folders_without_what_validation_needs_are_refused_naming_the_file_and_key() {
     let no_summary = stage(40, 0.05, 0.6).replace(r#""load_summary": {"count": 40}, "#, "");
-    let dir = experiment("no-summary", Some(no_summary));
+    let (_root, dir) = experiment("no-summary", Some(no_summary));
     let output = blis_actor(&["validate-real", path(&dir)]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -126,7 +127,7 @@ fn folders_without_what_validation_needs_are_refused_naming_the_file_and_key() {
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
-    let dir = experiment("no-config", None);
+    let (_root, dir) = experiment("no-config", None);
     std::fs::remove_dir_all(dir.join("model-config")).unwrap();
     let output = blis_actor(&["validate-real", path(&dir)]);
     assert_eq!(output.status.code(), Some(2));

@@ -167,30 +167,28 @@ mod tests {
 
     #[test]
     fn embedded_and_path_loads_of_the_same_data_hash_the_same() {
-        let dir = std::env::temp_dir().join(format!("blis-costdata-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new().prefix("blis-costdata-").tempdir().unwrap();
+        let dir = scratch.path();
         std::fs::create_dir_all(dir.join("models")).unwrap();
         for (name, text) in catalog::embedded_files() {
             std::fs::write(dir.join(&name), text).unwrap();
         }
         std::fs::write(dir.join("registry.yaml"), EMBEDDED_REGISTRY).unwrap();
         let embedded = CostData::embedded();
-        let loaded = CostData::load(Some(&dir), Some(&dir.join("registry.yaml")), &[]).unwrap();
+        let loaded = CostData::load(Some(dir), Some(&dir.join("registry.yaml")), &[]).unwrap();
         assert_eq!(loaded.catalog_sha256, embedded.catalog_sha256);
         assert_eq!(loaded.registry_sha256, embedded.registry_sha256);
         // Changing one byte changes the hash.
         let chips = std::fs::read_to_string(dir.join("chips.yaml")).unwrap();
         std::fs::write(dir.join("chips.yaml"), chips.replacen("989.4e12", "989.5e12", 1)).unwrap();
-        let changed = CostData::load(Some(&dir), None, &[]).unwrap();
+        let changed = CostData::load(Some(dir), None, &[]).unwrap();
         assert_ne!(changed.catalog_sha256, embedded.catalog_sha256);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_hugging_face_config_adds_a_model_and_changes_the_hash() {
-        let dir = std::env::temp_dir().join(format!("blis-hfconfig-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("config.json");
+        let dir = tempfile::Builder::new().prefix("blis-hfconfig-").tempdir().unwrap();
+        let path = dir.path().join("config.json");
         std::fs::write(&path, std::fs::read("../../shared/reference-data/model-configs/Mixtral-8x7B-v0.1/config.json").unwrap_or_else(|_| {
             br#"{"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":32000,"max_position_embeddings":32768,"torch_dtype":"bfloat16","num_local_experts":8,"num_experts_per_tok":2}"#.to_vec()
         }))
@@ -201,6 +199,5 @@ mod tests {
         assert_ne!(data.catalog_sha256, CostData::embedded().catalog_sha256);
         let e = CostData::load(None, None, &[("Llama-3.1-8B".to_owned(), &path)]).unwrap_err();
         assert!(e.cause.contains("twice") || e.cause.contains("already"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

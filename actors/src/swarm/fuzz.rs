@@ -244,16 +244,14 @@ mod tests {
         // I11: fuzz seeds 23826, 30293, 33042 and 504132 turned a key into an anchor before its
         // colon (the key ""), once refused with an empty path; each must now name its field.
         let data = CostData::embedded();
-        let dir = std::env::temp_dir().join(format!("blis-fuzz-regression-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new().prefix("blis-fuzz-regression-").tempdir().unwrap();
         for seed in [23_826, 30_293, 33_042, 504_132] {
             let (_, text, _) = input(seed);
             assert!(
                 text.lines().any(|l| l.trim_start().starts_with('&')),
                 "seed {seed} no longer makes an anchor key"
             );
-            assert_eq!(fuzz_one(seed, &data, &dir), FuzzOutcome::Refused, "seed {seed}");
+            assert_eq!(fuzz_one(seed, &data, dir.path()), FuzzOutcome::Refused, "seed {seed}");
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
