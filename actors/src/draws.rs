@@ -40,22 +40,31 @@ impl TokenDraws {
 
     /// `count` ids of prompt part `part` of node `node` of request `request`, appended to `into`.
     fn prompt_tokens(&self, request: &str, node: &str, part: usize, count: u32, into: &mut Vec<u32>) {
-        let item = format!("{request}/{node}/{part}");
-        self.ids(&self.component, "prompt-tokens", &item, count, into);
+        let mut digits = itoa::Buffer::new();
+        let item = [request, "/", node, "/", digits.format(part)];
+        self.streams.stream_of_parts(&self.component, "prompt-tokens", &item).extend_below(
+            self.vocab_size,
+            count as usize,
+            into,
+        );
     }
 
     /// The ids of the shared part `name`, `count` long, appended to `into`.
     fn shared_tokens(&self, name: &str, count: u32, into: &mut Vec<u32>) {
-        self.ids("workload", "shared-tokens", name, count, into);
+        self.streams.stream("workload", "shared-tokens", name).extend_below(
+            self.vocab_size,
+            count as usize,
+            into,
+        );
     }
 
     /// The `count` output ids of node `node` of request `request`, appended to `into`.
     pub(crate) fn output_tokens(&self, request: &str, node: &str, count: u32, into: &mut Vec<u32>) {
-        self.ids(&self.component, "output-tokens", &format!("{request}/{node}"), count, into);
-    }
-
-    fn ids(&self, component: &str, purpose: &str, item: &str, count: u32, into: &mut Vec<u32>) {
-        self.streams.stream(component, purpose, item).extend_below(self.vocab_size, count as usize, into);
+        self.streams.stream_of_parts(&self.component, "output-tokens", &[request, "/", node]).extend_below(
+            self.vocab_size,
+            count as usize,
+            into,
+        );
     }
 
     /// Every id the calls of `spec` draw: a call's whole prompt when nothing in it waits on

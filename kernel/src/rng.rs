@@ -33,11 +33,21 @@ pub const DOMAIN_TAG: &[u8; 23] = b"blis-actor/substream/v1";
 
 /// The 32-byte ChaCha key of the substream `(component, purpose, entity)` under `seed`.
 pub fn substream_key(seed: u64, component: &str, purpose: &str, entity: &str) -> [u8; 32] {
+    substream_key_of_parts(seed, component, purpose, &[entity])
+}
+
+/// [`substream_key`] of the entity that is `entity_parts` concatenated, without building it.
+fn substream_key_of_parts(seed: u64, component: &str, purpose: &str, entity_parts: &[&str]) -> [u8; 32] {
     let mut hasher = Sha256::new();
     hasher.update(DOMAIN_TAG);
     hasher.update(seed.to_le_bytes());
-    for part in [component, purpose, entity] {
-        hasher.update((part.len() as u64).to_le_bytes());
+    for name in [component, purpose] {
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+    }
+    let entity_len: usize = entity_parts.iter().map(|part| part.len()).sum();
+    hasher.update((entity_len as u64).to_le_bytes());
+    for part in entity_parts {
         hasher.update(part.as_bytes());
     }
     hasher.finalize().into()
@@ -63,6 +73,14 @@ impl Streams {
     /// The substream `(component, purpose, entity)`, from its first draw.
     pub fn stream(self, component: &str, purpose: &str, entity: &str) -> Substream {
         Substream { rng: ChaCha8Rng::from_seed(substream_key(self.seed, component, purpose, entity)) }
+    }
+
+    /// The substream whose entity is `entity_parts` concatenated (the same stream as
+    /// [`Streams::stream`] of that entity): names made per request need no string built.
+    pub fn stream_of_parts(self, component: &str, purpose: &str, entity_parts: &[&str]) -> Substream {
+        Substream {
+            rng: ChaCha8Rng::from_seed(substream_key_of_parts(self.seed, component, purpose, entity_parts)),
+        }
     }
 }
 
@@ -220,6 +238,24 @@ mod tests {
                 8017763393691023137
             )
         );
+    }
+
+    #[test]
+    fn a_stream_named_in_parts_is_the_stream_of_the_whole_name() {
+        let streams = Streams::new(7);
+        let cases: [&[&str]; 4] =
+            [&["r-12", "/", "n0", "/", "3"], &["r-12/n0/3"], &["", "r-12/n0", "", "/3"], &[]];
+        for parts in cases {
+            let whole = parts.concat();
+            let mut by_parts = streams.stream_of_parts("client/a", "prompt-tokens", parts);
+            let mut by_whole = streams.stream("client/a", "prompt-tokens", &whole);
+            assert_eq!(by_parts.next_u64(), by_whole.next_u64(), "{parts:?}");
+        }
+        // The parts are one entity: moving a boundary between them keeps the stream, moving
+        // one into the purpose changes it.
+        let mut joined = streams.stream_of_parts("c", "p", &["ab", "c"]);
+        let mut moved = streams.stream_of_parts("c", "pab", &["c"]);
+        assert_ne!(joined.next_u64(), moved.next_u64());
     }
 
     #[test]
