@@ -145,6 +145,12 @@ pub struct BlockPool {
     free_queue: FreeQueue,
     free: u32,
     index: CacheIndex,
+    /// Blocks cached but not yet linked into the index, in the order cached: they are linked
+    /// [`LINK_BATCH`] at a time, every slot of a batch fetched first, so that the cache misses
+    /// on the slots overlap; until then lookups and evictions read this list.
+    unlinked: Vec<(BlockId, BlockKey)>,
+    /// How many unlinked blocks start a batch ([`LINK_BATCH`]; tests vary it).
+    link_batch: usize,
     caching: bool,
     events: KvEvents,
     record_events: bool,
@@ -174,6 +180,8 @@ impl BlockPool {
             free_queue: FreeQueue::new(n),
             free: 0,
             index: CacheIndex::new(if caching { n } else { 0 }),
+            unlinked: Vec::with_capacity(if caching { 2 * LINK_BATCH } else { 0 }),
+            link_batch: LINK_BATCH,
             caching,
             events: KvEvents::default(),
             record_events: caching,
@@ -258,9 +266,12 @@ impl BlockPool {
         }
     }
 
-    /// The first block cached under `key`, if any.
+    /// The first block cached under `key`, if any: an indexed one was cached before any not
+    /// linked yet.
     pub fn get_cached_block(&self, key: BlockKey) -> Option<BlockId> {
-        self.index.find(key, &self.blocks).map(|slot| self.index.slots[slot].first)
+        self.index.find(key, &self.blocks).map(|slot| self.index.slots[slot].first).or_else(|| {
+            self.unlinked.iter().find(|&&(_, unlinked_key)| unlinked_key == key).map(|&(id, _)| id)
+        })
     }
 
     /// Take a reference on prefix-hit blocks, removing free ones from the queue.
@@ -305,22 +316,17 @@ impl BlockPool {
         if cached >= full {
             return;
         }
-        let ahead = PREFETCH_DISTANCE as usize;
-        for later in cached..full.min(cached + ahead) {
-            self.prefetch_key_of(blocks, keys, later);
-        }
         for (i, &id) in blocks[cached..full].iter().enumerate() {
-            if cached + i + ahead < full {
-                self.prefetch_key_of(blocks, keys, cached + i + ahead);
-            }
             if id == 0 {
                 continue;
             }
             let key = keys[cached + i];
             debug_assert!(!self.blocks[id as usize].cached, "block {id} is cached twice");
-            self.blocks[id as usize].key = split(key);
-            self.blocks[id as usize].cached = true;
-            self.link(id, key);
+            let block = &mut self.blocks[id as usize];
+            block.key = split(key);
+            block.cached = true;
+            block.unlinked = true;
+            self.unlinked.push((id, key));
             if self.record_events {
                 if self.event_hashes.is_empty() {
                     self.event_hashes = vec![0; self.blocks.len()];
@@ -347,6 +353,24 @@ impl BlockPool {
             };
             events.events.push(event);
         }
+        if self.unlinked.len() >= self.link_batch {
+            self.link_unlinked();
+        }
+    }
+
+    /// Link every block cached but not linked yet into the index, in the order cached, after
+    /// fetching all their slots (the misses overlap).
+    fn link_unlinked(&mut self) {
+        let unlinked = std::mem::take(&mut self.unlinked);
+        for &(_, key) in &unlinked {
+            mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
+        }
+        for &(id, key) in &unlinked {
+            self.blocks[id as usize].unlinked = false;
+            self.link(id, key);
+        }
+        self.unlinked = unlinked;
+        self.unlinked.clear();
     }
 
     /// Events since the last call, in emission order.
@@ -394,6 +418,21 @@ impl BlockPool {
         if folded == 0 {
             return;
         }
+        if self.blocks[id as usize].unlinked {
+            // Cached but not linked yet: it leaves the list, and the index never knew it.
+            let at = self
+                .unlinked
+                .iter()
+                .position(|&(unlinked, _)| unlinked == id)
+                .expect("an unlinked block is listed");
+            self.unlinked.remove(at);
+            self.blocks[id as usize].cached = false;
+            self.blocks[id as usize].unlinked = false;
+            if self.record_events {
+                self.events.events.push(KvEvent::BlockRemoved { hash: self.event_hashes[id as usize] });
+            }
+            return;
+        }
         let slot = self.index.find_block(folded, id, &self.blocks).expect("a cached block's key is indexed");
         self.blocks[id as usize].cached = false;
         let Slot { tag, first } = self.index.slots[slot];
@@ -419,16 +458,6 @@ impl BlockPool {
         }
         if self.record_events {
             self.events.events.push(KvEvent::BlockRemoved { hash: self.event_hashes[id as usize] });
-        }
-    }
-
-    /// Start fetching the index slot block `blocks[at]` will be cached under (none for the null
-    /// block, which is never cached and may have no key).
-    fn prefetch_key_of(&self, blocks: &[BlockId], keys: &[BlockKey], at: usize) {
-        if blocks[at] != 0
-            && let Some(&key) = keys.get(at)
-        {
-            mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
         }
     }
 
@@ -475,9 +504,11 @@ impl BlockPool {
     }
 }
 
-/// How many places ahead of the block being taken (or cached) its successors' cache lines are
-/// fetched.
+/// How many places ahead of the block being taken its successors' cache lines are fetched.
 const PREFETCH_DISTANCE: u64 = 4;
+
+/// Cached blocks linked into the index at a time.
+const LINK_BATCH: usize = 16;
 
 /// A block's position in no queue.
 const NOT_QUEUED: u64 = u64::MAX;
@@ -569,6 +600,8 @@ struct Block {
     /// Whether it is cached (under `key`); a flag rather than an `Option` keeps a block at 40
     /// bytes.
     cached: bool,
+    /// Whether it is cached but not linked into the index yet (listed in `unlinked`).
+    unlinked: bool,
 }
 
 impl Block {
@@ -579,6 +612,7 @@ impl Block {
         same_next: NONE,
         ref_count: 0,
         cached: false,
+        unlinked: false,
     };
 
     /// Its key, if it is cached.
@@ -943,6 +977,9 @@ mod tests {
         for seed in 0..300u64 {
             let n = 3 + (seed % 9) as u32;
             let mut pool = BlockPool::new(n, true);
+            // Blocks linked into the index at once, at every cache (1), in batches the pool
+            // fills and by the default, which a pool this small never fills (lists only).
+            pool.link_batch = [1, 2, 3, LINK_BATCH][(seed % 4) as usize];
             let mut queue: Vec<BlockId> = (1..n).collect();
             let mut refs = vec![0u32; n as usize];
             let mut cached: Vec<Option<(BlockKey, u64)>> = vec![None; n as usize];
