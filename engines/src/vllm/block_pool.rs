@@ -145,10 +145,12 @@ pub struct BlockPool {
     free_queue: FreeQueue,
     free: u32,
     index: CacheIndex,
-    /// Blocks cached but not yet linked into the index, in the order cached: they are linked
-    /// [`LINK_BATCH`] at a time, every slot of a batch fetched first, so that the cache misses
-    /// on the slots overlap; until then lookups and evictions read this list.
-    unlinked: Vec<(BlockId, BlockKey)>,
+    /// Blocks cached but not yet linked into the index, in the order cached, and their keys:
+    /// they are linked [`LINK_BATCH`] at a time, every slot of a batch fetched first, so that
+    /// the cache misses on the slots overlap; until then lookups and evictions read these
+    /// lists (a few ids in one cache line, where a flag on the block would be a miss).
+    unlinked: Vec<BlockId>,
+    unlinked_keys: Vec<BlockKey>,
     /// How many unlinked blocks start a batch ([`LINK_BATCH`]; tests vary it).
     link_batch: usize,
     caching: bool,
@@ -181,6 +183,7 @@ impl BlockPool {
             free: 0,
             index: CacheIndex::new(if caching { n } else { 0 }),
             unlinked: Vec::with_capacity(if caching { 2 * LINK_BATCH } else { 0 }),
+            unlinked_keys: Vec::with_capacity(if caching { 2 * LINK_BATCH } else { 0 }),
             link_batch: LINK_BATCH,
             caching,
             events: KvEvents::default(),
@@ -270,7 +273,10 @@ impl BlockPool {
     /// linked yet.
     pub fn get_cached_block(&self, key: BlockKey) -> Option<BlockId> {
         self.index.find(key, &self.blocks).map(|slot| self.index.slots[slot].first).or_else(|| {
-            self.unlinked.iter().find(|&&(_, unlinked_key)| unlinked_key == key).map(|&(id, _)| id)
+            self.unlinked_keys
+                .iter()
+                .position(|&unlinked_key| unlinked_key == key)
+                .map(|at| self.unlinked[at])
         })
     }
 
@@ -322,11 +328,10 @@ impl BlockPool {
             }
             let key = keys[cached + i];
             debug_assert!(!self.blocks[id as usize].cached, "block {id} is cached twice");
-            let block = &mut self.blocks[id as usize];
-            block.key = split(key);
-            block.cached = true;
-            block.unlinked = true;
-            self.unlinked.push((id, key));
+            self.blocks[id as usize].key = split(key);
+            self.blocks[id as usize].cached = true;
+            self.unlinked.push(id);
+            self.unlinked_keys.push(key);
             if self.record_events {
                 if self.event_hashes.is_empty() {
                     self.event_hashes = vec![0; self.blocks.len()];
@@ -361,16 +366,16 @@ impl BlockPool {
     /// Link every block cached but not linked yet into the index, in the order cached, after
     /// fetching all their slots (the misses overlap).
     fn link_unlinked(&mut self) {
-        let unlinked = std::mem::take(&mut self.unlinked);
-        for &(_, key) in &unlinked {
+        let (unlinked, keys) = (std::mem::take(&mut self.unlinked), std::mem::take(&mut self.unlinked_keys));
+        for &key in &keys {
             mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
         }
-        for &(id, key) in &unlinked {
-            self.blocks[id as usize].unlinked = false;
+        for (&id, &key) in unlinked.iter().zip(&keys) {
             self.link(id, key);
         }
-        self.unlinked = unlinked;
+        (self.unlinked, self.unlinked_keys) = (unlinked, keys);
         self.unlinked.clear();
+        self.unlinked_keys.clear();
     }
 
     /// Events since the last call, in emission order.
@@ -418,16 +423,11 @@ impl BlockPool {
         if folded == 0 {
             return;
         }
-        if self.blocks[id as usize].unlinked {
-            // Cached but not linked yet: it leaves the list, and the index never knew it.
-            let at = self
-                .unlinked
-                .iter()
-                .position(|&(unlinked, _)| unlinked == id)
-                .expect("an unlinked block is listed");
+        if let Some(at) = self.unlinked.iter().position(|&unlinked| unlinked == id) {
+            // Cached but not linked yet: it leaves the lists, and the index never knew it.
             self.unlinked.remove(at);
+            self.unlinked_keys.remove(at);
             self.blocks[id as usize].cached = false;
-            self.blocks[id as usize].unlinked = false;
             if self.record_events {
                 self.events.events.push(KvEvent::BlockRemoved { hash: self.event_hashes[id as usize] });
             }
@@ -600,8 +600,6 @@ struct Block {
     /// Whether it is cached (under `key`); a flag rather than an `Option` keeps a block at 40
     /// bytes.
     cached: bool,
-    /// Whether it is cached but not linked into the index yet (listed in `unlinked`).
-    unlinked: bool,
 }
 
 impl Block {
@@ -612,7 +610,6 @@ impl Block {
         same_next: NONE,
         ref_count: 0,
         cached: false,
-        unlinked: false,
     };
 
     /// Its key, if it is cached.
