@@ -12,7 +12,7 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::JoinHandle;
 
 use blis_contracts::{FieldError, NodeKind, PromptPart, RequestSpec};
-use blis_kernel::Streams;
+use blis_kernel::{Streams, Substream};
 
 use crate::workload::{Planned, RequestSource};
 
@@ -41,30 +41,24 @@ impl TokenDraws {
     /// `count` ids of prompt part `part` of node `node` of request `request`, appended to `into`.
     fn prompt_tokens(&self, request: &str, node: &str, part: usize, count: u32, into: &mut Vec<u32>) {
         let mut digits = itoa::Buffer::new();
-        let item = [request, "/", node, "/", digits.format(part)];
-        self.streams.stream_of_parts(&self.component, "prompt-tokens", &item).extend_below(
-            self.vocab_size,
-            count as usize,
-            into,
-        );
+        let entity = [request, "/", node, "/", digits.format(part)];
+        self.ids(self.streams.stream_of_parts(&self.component, "prompt-tokens", &entity), count, into);
     }
 
     /// The ids of the shared part `name`, `count` long, appended to `into`.
     fn shared_tokens(&self, name: &str, count: u32, into: &mut Vec<u32>) {
-        self.streams.stream("workload", "shared-tokens", name).extend_below(
-            self.vocab_size,
-            count as usize,
-            into,
-        );
+        self.ids(self.streams.stream("workload", "shared-tokens", name), count, into);
     }
 
     /// The `count` output ids of node `node` of request `request`, appended to `into`.
     pub(crate) fn output_tokens(&self, request: &str, node: &str, count: u32, into: &mut Vec<u32>) {
-        self.streams.stream_of_parts(&self.component, "output-tokens", &[request, "/", node]).extend_below(
-            self.vocab_size,
-            count as usize,
-            into,
-        );
+        let entity = [request, "/", node];
+        self.ids(self.streams.stream_of_parts(&self.component, "output-tokens", &entity), count, into);
+    }
+
+    /// `count` ids below the vocabulary's size from `stream`, appended to `into`.
+    fn ids(&self, mut stream: Substream, count: u32, into: &mut Vec<u32>) {
+        stream.extend_below(self.vocab_size, count as usize, into);
     }
 
     /// Every id the calls of `spec` draw: a call's whole prompt when nothing in it waits on

@@ -20,11 +20,13 @@ fn scratch(test: &str) -> TempDir {
     tempfile::Builder::new().prefix(&format!("blis-actor-side-{test}-")).tempdir().unwrap()
 }
 
-/// Both example runs' calls files as NAME=PATH, run once for all tests under target/ (statics never drop).
-fn example_runs(_: &Path) -> (String, String) {
+/// Both example runs' calls files as NAME=PATH, run once per test process under the target
+/// folder (a static's folder is never dropped, so it is not a temporary one).
+fn example_runs() -> (String, String) {
     static RUNS: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
     RUNS.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("side-by-side-examples");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("side-by-side-examples-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         run_examples(&dir)
@@ -61,7 +63,7 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 #[test]
 fn compare_and_draw_put_two_simulations_side_by_side_in_every_view_and_format() {
     let dir = scratch("views");
-    let (a, b) = example_runs(dir.path());
+    let (a, b) = example_runs();
     let output = blis_actor(&["compare", &a, &b]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let table = String::from_utf8(output.stdout).unwrap();
@@ -133,7 +135,7 @@ fn compare_and_draw_put_two_simulations_side_by_side_in_every_view_and_format() 
 #[test]
 fn other_work_or_other_settings_are_refused_with_the_first_difference() {
     let dir = scratch("refused");
-    let (a, b) = example_runs(dir.path());
+    let (a, b) = example_runs();
     let b_path = b.split_once('=').unwrap().1.to_owned();
     let text = std::fs::read_to_string(&b_path).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();

@@ -14,7 +14,10 @@
 //! The cache index is an open-addressing table keyed by the blocks' [`BlockKey`] bits (linear
 //! probing, backward-shift deletion, at most half full, 8-byte slots): it is only ever looked
 //! up, never iterated, so its layout cannot reach any decision. The blocks sharing a key form a
-//! list threaded through per-block arrays, so caching a block allocates nothing.
+//! list threaded through per-block arrays. Blocks just cached wait in a short list, in the
+//! order cached, until at least [`LINK_BATCH`] have been, and are then linked into the index
+//! together, every slot fetched first so that their cache misses overlap; a lookup reads the
+//! index (the older blocks) and then the list, so it still returns the first block cached.
 //!
 //! The free queue is a ring of block ids in queue order, each entry with the block's folded key
 //! (zero when it is not cached), each block remembering its position; taking a block from the
@@ -146,12 +149,13 @@ pub struct BlockPool {
     free: u32,
     index: CacheIndex,
     /// Blocks cached but not yet linked into the index, in the order cached, and their keys:
-    /// they are linked [`LINK_BATCH`] at a time, every slot of a batch fetched first, so that
-    /// the cache misses on the slots overlap; until then lookups and evictions read these
-    /// lists (a few ids in one cache line, where a flag on the block would be a miss).
+    /// they are linked together once at least `link_batch` are listed, every slot fetched
+    /// first, so that the cache misses on the slots overlap; until then lookups and evictions
+    /// read these lists (a few ids in one cache line, where a flag on the block would be a
+    /// miss).
     unlinked: Vec<BlockId>,
     unlinked_keys: Vec<BlockKey>,
-    /// How many unlinked blocks start a batch ([`LINK_BATCH`]; tests vary it).
+    /// The length of the lists at which they are linked ([`LINK_BATCH`]; tests vary it).
     link_batch: usize,
     caching: bool,
     events: KvEvents,
@@ -284,7 +288,7 @@ impl BlockPool {
     pub fn touch(&mut self, blocks: &[BlockId]) {
         for &id in blocks {
             if self.blocks[id as usize].ref_count == 0 && id != 0 {
-                self.unlink(id);
+                self.take_from_queue(id);
             }
             self.blocks[id as usize].ref_count += 1;
         }
@@ -411,9 +415,10 @@ impl BlockPool {
         }
     }
 
-    /// Evict `id` from the cache if it is cached; `folded` is its folded key as queued (zero
-    /// if it was not cached), so the index slot is found without reading the block, and a
-    /// block alone under its key is evicted without reading it at all.
+    /// Evict `id` from the cache if it is cached: from the lists if it is not linked yet, else
+    /// from the index; `folded` is its folded key as queued (zero if it was not cached), so the
+    /// index slot is found without reading the block, and a block alone under its key is
+    /// evicted without reading it at all.
     fn evict(&mut self, id: BlockId, folded: u64) {
         debug_assert_eq!(
             folded,
@@ -485,7 +490,8 @@ impl BlockPool {
         None
     }
 
-    fn unlink(&mut self, id: u32) {
+    /// Take free block `id` out of the middle of the free queue (a prefix hit on it).
+    fn take_from_queue(&mut self, id: u32) {
         let position = self.blocks[id as usize].queue_position;
         debug_assert_ne!(position, NOT_QUEUED, "block {id} is not free");
         self.free_queue.clear_entry(position);
@@ -507,7 +513,7 @@ impl BlockPool {
 /// How many places ahead of the block being taken its successors' cache lines are fetched.
 const PREFETCH_DISTANCE: u64 = 4;
 
-/// Cached blocks linked into the index at a time.
+/// Blocks listed as cached before they are linked into the index together.
 const LINK_BATCH: usize = 16;
 
 /// A block's position in no queue.
@@ -1012,14 +1018,23 @@ mod tests {
                         let candidates: Vec<BlockId> =
                             held.iter().copied().filter(|&b| cached[b as usize].is_none()).collect();
                         if !candidates.is_empty() {
-                            let id = candidates[(pick / 4) % candidates.len()];
-                            let k = keys[(pick / 64) % keys.len()];
-                            counter += 1;
-                            let mut hash = [0u8; 32];
-                            hash[24..].copy_from_slice(&counter.to_be_bytes());
-                            pool.cache_full_blocks(1, &[id], &[k], &[hash], &[0], 1, 0, 1);
-                            cached[id as usize] = Some((k, counter));
-                            map.entry(k).or_default().push(id);
+                            // Up to three blocks in one call, so that one call can fill a batch.
+                            let count = 1 + (pick / 4096) % candidates.len().min(3);
+                            let first = (pick / 4) % candidates.len();
+                            let ids: Vec<BlockId> =
+                                (0..count).map(|j| candidates[(first + j) % candidates.len()]).collect();
+                            let ks: Vec<BlockKey> =
+                                (0..count).map(|j| keys[(pick / 64 + 5 * j) % keys.len()]).collect();
+                            let mut hashes = Vec::new();
+                            for (&id, &k) in ids.iter().zip(&ks) {
+                                counter += 1;
+                                let mut hash = [0u8; 32];
+                                hash[24..].copy_from_slice(&counter.to_be_bytes());
+                                hashes.push(hash);
+                                cached[id as usize] = Some((k, counter));
+                                map.entry(k).or_default().push(id);
+                            }
+                            pool.cache_full_blocks(1, &ids, &ks, &hashes, &vec![0; count], 1, 0, count);
                         }
                     }
                     2 => {
