@@ -72,7 +72,7 @@ impl Streams {
 
     /// The substream `(component, purpose, entity)`, from its first draw.
     pub fn stream(self, component: &str, purpose: &str, entity: &str) -> Substream {
-        Substream { rng: ChaCha8Rng::from_seed(substream_key(self.seed, component, purpose, entity)) }
+        self.stream_of_parts(component, purpose, &[entity])
     }
 
     /// The substream whose entity is `entity_parts` concatenated (the same stream as

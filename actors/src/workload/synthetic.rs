@@ -155,11 +155,7 @@ impl RequestSource for Synthetic {
         }
         let arrival = self.next_arrival()?;
         let mut digits = itoa::Buffer::new();
-        let sent = digits.format(self.sent);
-        let mut id = String::with_capacity(self.spec.name.len() + 1 + sent.len());
-        id.push_str(&self.spec.name);
-        id.push('-');
-        id.push_str(sent);
+        let id = [self.spec.name.as_str(), "-", digits.format(self.sent)].concat();
         self.sent += 1;
         let nodes = self.nodes();
         Some(Planned { spec: RequestSpec { id, arrival_us: libm::ceil(arrival) as u64, nodes }, stage: 0 })

@@ -370,14 +370,12 @@ impl BlockPool {
     /// Link every block cached but not linked yet into the index, in the order cached, after
     /// fetching all their slots (the misses overlap).
     fn link_unlinked(&mut self) {
-        let (unlinked, keys) = (std::mem::take(&mut self.unlinked), std::mem::take(&mut self.unlinked_keys));
-        for &key in &keys {
+        for &key in &self.unlinked_keys {
             mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
         }
-        for (&id, &key) in unlinked.iter().zip(&keys) {
-            self.link(id, key);
+        for at in 0..self.unlinked.len() {
+            self.link(self.unlinked[at], self.unlinked_keys[at]);
         }
-        (self.unlinked, self.unlinked_keys) = (unlinked, keys);
         self.unlinked.clear();
         self.unlinked_keys.clear();
     }
