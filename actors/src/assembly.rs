@@ -15,7 +15,7 @@ use blis_contracts::{
 use blis_costmodel::{CostData, Pricer};
 use blis_engines::sglang::{self, SGLANG_VERSION, SglangArgs, SglangEngine};
 use blis_engines::vllm::{self, DeviceClass, VLLM_VERSION, VllmArgs, VllmEngine};
-use blis_kernel::{ActorId, Assembly, HostKind, SimDuration, Simulation, Streams};
+use blis_kernel::{ActorId, Assembly, HostKind, LaneSpec, SimDuration, Simulation, Streams};
 use serde_json::json;
 
 use crate::client::{Client, ClientWiring};
@@ -179,6 +179,68 @@ pub struct AssemblyOptions {
     /// its own; the outputs are the same. A run's replications set it themselves: on when the
     /// replication has a core to spare (`run_replication`'s accounting on a second thread).
     pub draw_ahead: bool,
+    /// Threads the engines may share when they can run in lanes, ahead of the router and the
+    /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same.
+    pub lane_threads: usize,
+}
+
+/// The average engine transitions per window from which the engines' windows are shared
+/// among threads. The reference cluster cases (`cluster-8x-100k`: 128 output tokens, 8
+/// engines at 308 requests/s) average five transitions a window, and sharing each of them cost
+/// more than it saved; with 1024 output tokens at 40 requests/s they average 26 (PERFORMANCE.md,
+/// "Engines in lanes").
+const LANE_HANDOFF_GRAIN: u32 = 12;
+
+/// What decides whether a cluster's engines can run in lanes.
+struct LaneCase<'a> {
+    threads: usize,
+    host: HostKind,
+    to_engine: SimDuration,
+    to_client: SimDuration,
+    clients: &'a [ActorId],
+    vllm_only: bool,
+    disaggregated: bool,
+    flow_control: bool,
+    kv_events_lag: Option<SimDuration>,
+    open_clients: bool,
+}
+
+/// Whether the engines can run in lanes, and how: only when nothing they send can lead to a
+/// message to an engine before the router's or a client's next event of another kind plus the
+/// router's delay to the engines. That holds when every client sends only at its requests'
+/// arrival times (open loop, one call per request), the router sends to engines only when a
+/// request or an abort reaches it or when its own scrape timer fires (round-robin, or llm-d
+/// without flow control, which releases held requests as others finish), engines never talk
+/// to each other (no P/D, no fabric), and every message between router and engines is
+/// delayed. Answers, first tokens, scraped metrics, KV events and a client's end are then
+/// quiet: their delivery leads to nothing sent to an engine.
+fn lane_spec(case: LaneCase<'_>) -> Option<LaneSpec> {
+    let eligible = case.threads > 1
+        && case.host == HostKind::Inline
+        && !case.to_engine.is_zero()
+        && case.vllm_only
+        && !case.disaggregated
+        && !case.flow_control
+        && case.kv_events_lag.is_none_or(|lag| !lag.is_zero())
+        && case.open_clients;
+    eligible.then(|| LaneSpec {
+        threads: case.threads,
+        lookahead: case.to_engine,
+        quiet: ClusterMessage::QUIET_CLASSES.to_vec(),
+        handoff_grain: LANE_HANDOFF_GRAIN,
+        reach: case
+            .clients
+            .iter()
+            .map(|&client| {
+                (
+                    client,
+                    SimDuration::from_micros(
+                        case.to_client.as_micros().saturating_add(case.to_engine.as_micros()),
+                    ),
+                )
+            })
+            .collect(),
+    })
 }
 
 /// A deliberate defect a checked run injects to prove an invariant's check fires.
@@ -356,6 +418,7 @@ pub fn assemble(
     };
     let peers = nixl_peers(&engines, placement.as_ref())?;
     let notify_done = llmd.is_some();
+    let llmd_flow_control = llmd.as_ref().is_some_and(|w| w.router.config().flow_control.is_some());
     let kv_events_lag = llmd
         .as_ref()
         .is_some_and(|w| w.router.wants_kv_events())
@@ -411,7 +474,7 @@ pub fn assemble(
         if engine_id.is_some() {
             host.disaggregate(PdWiring { me: *id, pod_delay: to_engine, peers: peers.clone() });
         }
-        assembly.install(*id, host).map_err(install_error)?;
+        assembly.install_detached(*id, host).map_err(install_error)?;
     }
     if let (Some(fabric), Some(placement)) = (fabric, placement) {
         assembly.install(fabric, FabricActor::new(placement.topology)).map_err(install_error)?;
@@ -427,6 +490,18 @@ pub fn assemble(
     // with the accounting (the draws are the same work however many threads do them, and each
     // thread wakes once a batch). More clients draw as they send.
     let draw_ahead = options.draw_ahead && sources.len() <= DRAWING_CLIENTS;
+    let lanes = lane_spec(LaneCase {
+        threads: options.lane_threads,
+        host: options.host,
+        to_engine,
+        to_client,
+        clients: &clients,
+        vllm_only: pools.iter().all(|p| matches!(p.engine, PlannedEngine::Vllm(_))),
+        disaggregated: fabric.is_some() || !peers.is_empty(),
+        flow_control: llmd_flow_control,
+        kv_events_lag,
+        open_clients: sources.iter().all(|s| s.source.answers_release_nothing()),
+    });
     for (index, (client_source, &id)) in sources.into_iter().zip(&clients).enumerate() {
         let model = client_model(client_source.model.as_deref(), &client_source.model_path, &served)?;
         let wiring = ClientWiring {
@@ -448,7 +523,11 @@ pub fn assemble(
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;
     }
-    let simulation = assembly.build(options.host).map_err(install_error)?;
+    let simulation = match lanes {
+        Some(spec) => assembly.build_in_lanes(&spec),
+        None => assembly.build(options.host),
+    }
+    .map_err(install_error)?;
 
     let resolved = json!({
         "seed": seed,

@@ -49,6 +49,20 @@ pub enum ClusterMessage {
     KvNotify(KvNotify),
 }
 
+impl ClusterMessage {
+    /// The classes of what an engine sends back and a client's end: with open-loop clients and
+    /// a router that sends to engines only on requests, aborts and its own timers, their
+    /// delivery leads to nothing sent to an engine (so engines may run in lanes).
+    pub(crate) const QUIET_CLASSES: [MessageClass; 6] = [
+        MessageClass(0),
+        MessageClass(1),
+        MessageClass(2),
+        MessageClass(4),
+        MessageClass(5),
+        MessageClass(6),
+    ];
+}
+
 impl Message for ClusterMessage {
     /// The class table: which message an actor sees first among those delivered at the same
     /// time. Answers before new work, so an actor settles what finished before it takes on more

@@ -215,6 +215,11 @@ pub fn run_observed(
     if options.threads == Some(0) {
         return Err(RunError::Input(FieldError::new("--threads", 0, "must be at least 1")));
     }
+    let threads = options.threads.unwrap_or_else(default_threads).max(1);
+    // Cores no replication takes: the first does replication 0's accounting and draws; from
+    // the second on, they run its engines in lanes (on two cores the lanes measured no faster
+    // than the accounting and draws alone: docs/PERFORMANCE.md, "Engines in lanes").
+    let spare = threads.saturating_sub(replications as usize);
     let assembly = AssemblyOptions {
         host: options.host,
         base_dir: options.base_dir.clone().unwrap_or_default(),
@@ -222,9 +227,9 @@ pub fn run_observed(
         released_token_ids: options.export_token_ids,
         fault: None,
         draw_ahead: false,
+        lane_threads: if spare >= 2 { spare } else { 1 },
     };
     let seeds: Vec<u64> = (0..replications).map(|r| replication_seed(seed, r)).collect();
-    let threads = options.threads.unwrap_or_else(default_threads).max(1);
     // Replication 0 runs here (the observers are not Send); the others on workers, each taking
     // the next index; results land in their slot, so the order never depends on timing.
     let others: Mutex<Vec<Option<Result<ReplicationRun, RunError>>>> =

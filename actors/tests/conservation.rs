@@ -116,6 +116,7 @@ fn kv_blocks_are_conserved_after_every_step_under_preemption() {
             released_token_ids: false,
             fault: None,
             draw_ahead: false,
+            lane_threads: 1,
         },
     )
     .unwrap();

@@ -216,6 +216,7 @@ fn checked(text: &str) -> Vec<blis_actors::EngineHost> {
             released_token_ids: false,
             fault: None,
             draw_ahead: false,
+            lane_threads: 1,
         },
     )
     .unwrap();
@@ -356,6 +357,7 @@ fn every_pd_example_scenario_assembles() {
             released_token_ids: false,
             fault: None,
             draw_ahead: false,
+            lane_threads: 1,
         };
         if let Err(e) = assemble(&scenario, 1, &CostData::embedded(), &options) {
             panic!("{}: {e}", path.display());

@@ -241,7 +241,7 @@ pub struct StepPrice {
 }
 
 /// What an engine port asks of the hardware: memory at plan time, a price per step at run time.
-pub trait Environment {
+pub trait Environment: Send {
     /// The memory the plan's fixed parts take on each GPU.
     fn memory(&self, plan: &PoolPlan) -> MemoryFootprint;
 

@@ -8,8 +8,10 @@
 
 use crate::actor::{Actor, ActorId};
 use crate::coordinator::Simulation;
+use crate::coordinator::{Taken, name_ranks};
 use crate::error::AssemblyError;
 use crate::host::HostKind;
+use crate::lanes::{LaneSpec, Lanes, Member};
 use crate::message::Message;
 
 /// The default bound on rounds at one simulated time.
@@ -18,8 +20,15 @@ pub const DEFAULT_MAX_ROUNDS_PER_INSTANT: u32 = 10_000;
 /// A simulation being put together.
 pub struct Assembly<M: Message> {
     names: Vec<String>,
-    actors: Vec<Option<Box<dyn Actor<M>>>>,
+    actors: Vec<Option<Installed<M>>>,
     max_rounds: u32,
+}
+
+/// An installed actor: attached (always on the coordinator's thread) or detached (free to run
+/// in a lane when the simulation is built in lanes).
+enum Installed<M> {
+    Attached(Box<dyn Actor<M>>),
+    Detached(Box<dyn Actor<M> + Send>),
 }
 
 impl<M: Message> Default for Assembly<M> {
@@ -59,6 +68,21 @@ impl<M: Message> Assembly<M> {
 
     /// [`Assembly::install`] for an already boxed actor.
     pub fn install_boxed(&mut self, id: ActorId, actor: Box<dyn Actor<M>>) -> Result<(), AssemblyError> {
+        self.put(id, Installed::Attached(actor))
+    }
+
+    /// [`Assembly::install`] for an actor that may run in a lane: one that hears from the
+    /// others only through delayed messages and sends them only delayed messages of quiet
+    /// classes (see [`LaneSpec`]). Built without lanes, it runs like any other.
+    pub fn install_detached(
+        &mut self,
+        id: ActorId,
+        actor: impl Actor<M> + Send,
+    ) -> Result<(), AssemblyError> {
+        self.put(id, Installed::Detached(Box::new(actor)))
+    }
+
+    fn put(&mut self, id: ActorId, actor: Installed<M>) -> Result<(), AssemblyError> {
         let slot = self.actors.get_mut(id.index()).ok_or(AssemblyError::UnknownActor(id))?;
         if slot.is_some() {
             return Err(AssemblyError::AlreadyInstalled(self.names[id.index()].clone()));
@@ -93,8 +117,41 @@ impl<M: Message> Assembly<M> {
     pub fn build(self, host: HostKind) -> Result<Simulation<M>, AssemblyError> {
         let mut actors = Vec::with_capacity(self.actors.len());
         for (name, actor) in self.names.iter().zip(self.actors) {
-            actors.push(actor.ok_or_else(|| AssemblyError::NotInstalled(name.clone()))?);
+            actors.push(match actor.ok_or_else(|| AssemblyError::NotInstalled(name.clone()))? {
+                Installed::Attached(actor) => actor,
+                Installed::Detached(actor) => actor,
+            });
         }
-        Ok(Simulation::start(self.names, actors, self.max_rounds, host))
+        Ok(Simulation::start(self.names, actors, self.max_rounds, host, None))
+    }
+}
+
+impl<M: Message + Send> Assembly<M> {
+    /// Freeze the topology and start a simulation on the inline host whose detached actors run
+    /// in lanes on `spec.threads` threads; the outcome is [`Assembly::build`]'s, byte for byte.
+    pub fn build_in_lanes(self, spec: &LaneSpec) -> Result<Simulation<M>, AssemblyError> {
+        if spec.threads == 0 {
+            return Err(AssemblyError::NoLaneThreads);
+        }
+        if spec.lookahead.is_zero() {
+            return Err(AssemblyError::ZeroLookahead);
+        }
+        let ranks = name_ranks(&self.names);
+        let mut actors: Vec<Box<dyn Actor<M>>> = Vec::with_capacity(self.actors.len());
+        let mut members = Vec::new();
+        let mut detached = vec![false; self.names.len()];
+        for (index, (name, actor)) in self.names.iter().zip(self.actors).enumerate() {
+            match actor.ok_or_else(|| AssemblyError::NotInstalled(name.clone()))? {
+                Installed::Attached(actor) => actors.push(actor),
+                Installed::Detached(actor) => {
+                    let id = ActorId(index as u32);
+                    members.push(Member::new(id, actor, ranks[index], name.clone()));
+                    detached[index] = true;
+                    actors.push(Box::new(Taken));
+                }
+            }
+        }
+        let lanes = Lanes::start(spec, members, ranks, detached, self.max_rounds);
+        Ok(Simulation::start(self.names, actors, self.max_rounds, HostKind::Inline, Some(lanes)))
     }
 }

@@ -23,9 +23,18 @@ use crate::actor::{Actor, ActorId, Context, Outbox, TimeAdvance};
 use crate::agenda::{Agenda, BagKey, MessageQueue, Pending};
 use crate::error::KernelError;
 use crate::host::{Host, HostKind, Work};
+use crate::lanes::Lanes;
 use crate::message::{Envelope, Message, OrderKey, SenderOrder};
 use crate::observer::{Description, Observer, TransitionKind, TransitionRecord};
-use crate::time::{Instant, SimTime};
+use crate::time::{Instant, SimDuration, SimTime};
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
 
 /// Why a run stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +69,8 @@ pub struct RunStats {
     pub transitions: u64,
     /// Messages delivered.
     pub messages: u64,
+    /// Windows of detached actors' events shared among threads (a run in lanes only).
+    pub shared_windows: u64,
 }
 
 const IMMINENT: u8 = 1;
@@ -89,6 +100,10 @@ pub struct Simulation<M: Message> {
     works: Vec<Work<M>>,
     stats: RunStats,
     halted: Option<(String, String)>,
+    /// The detached actors, when they run in lanes.
+    lanes: Option<Lanes<M>>,
+    /// Why the lanes cannot run, found before the first round.
+    lane_error: Option<KernelError>,
 }
 
 /// A finished simulation: its actors and observers handed back for their results.
@@ -129,8 +144,20 @@ impl<M: Message> Finished<M> {
     }
 }
 
-/// What is left in a slot after its actor or observer was taken back.
-struct Taken;
+/// What is left in a slot after its actor or observer was taken back (or while it runs in a
+/// lane).
+pub(crate) struct Taken;
+
+/// Each name's rank among all names, indexed like `names`.
+pub(crate) fn name_ranks(names: &[String]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by(|&a, &b| names[a].cmp(&names[b]));
+    let mut ranks = vec![0u32; names.len()];
+    for (rank, &index) in order.iter().enumerate() {
+        ranks[index] = rank as u32;
+    }
+    ranks
+}
 
 impl<M: Message> Actor<M> for Taken {
     fn time_advance(&self) -> TimeAdvance {
@@ -148,20 +175,20 @@ impl<M: Message> Simulation<M> {
         actors: Vec<Box<dyn Actor<M>>>,
         max_rounds: u32,
         host: HostKind,
+        lanes: Option<Lanes<M>>,
     ) -> Simulation<M> {
-        let mut order: Vec<usize> = (0..names.len()).collect();
-        order.sort_by(|&a, &b| names[a].cmp(&names[b]));
-        let mut ranks = vec![0u32; names.len()];
-        for (rank, &index) in order.iter().enumerate() {
-            ranks[index] = rank as u32;
-        }
+        let ranks = name_ranks(&names);
         let mut agenda = Agenda::new(&ranks);
+        let mut lanes = lanes;
         for (index, actor) in actors.iter().enumerate() {
             let first = match actor.time_advance() {
                 TimeAdvance::Passive => None,
                 TimeAdvance::After(d) => SimTime::ZERO.checked_add(d).map(Instant::at),
             };
             agenda.set(ActorId(index as u32), first);
+            if let (Some(lanes), Some(first)) = (&mut lanes, first) {
+                lanes.note_timer(ActorId(index as u32), first);
+            }
         }
         let works = (0..names.len()).map(|i| Work::new(ActorId(i as u32))).collect();
         let book = names
@@ -189,6 +216,8 @@ impl<M: Message> Simulation<M> {
             works,
             stats: RunStats::default(),
             halted: None,
+            lanes,
+            lane_error: None,
         }
     }
 
@@ -199,6 +228,9 @@ impl<M: Message> Simulation<M> {
 
     /// [`Simulation::observe`] for an already boxed observer.
     pub fn observe_boxed(&mut self, mut observer: Box<dyn Observer<M>>) {
+        if self.lanes.is_some() && !observer.blind_to_detached() {
+            self.lane_error.get_or_insert(KernelError::ObserverSeesDetached);
+        }
         self.describe |= observer.wants_descriptions();
         if observer.wants_checks() {
             self.works.iter_mut().for_each(|work| work.check = true);
@@ -225,19 +257,23 @@ impl<M: Message> Simulation<M> {
 
     /// How many messages are sent but not yet delivered.
     pub fn in_flight(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.lanes.as_ref().map_or(0, Lanes::in_flight)
     }
 
     /// When `id`'s next internal event is scheduled, if it has one.
     pub fn next_internal(&self, id: ActorId) -> Option<Instant> {
-        self.agenda.get(id)
+        match self.lanes.as_ref().and_then(|lanes| lanes.next_internal(id)) {
+            Some(next) => next,
+            None => self.agenda.get(id),
+        }
     }
 
     /// The earliest pending instant, if anything is pending.
     pub fn next_instant(&mut self) -> Option<Instant> {
-        match (self.agenda.peek(), self.queue.peek()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let attached = earliest(self.agenda.peek(), self.queue.peek());
+        match &self.lanes {
+            Some(lanes) => earliest(attached, earliest(lanes.uncounted.front().copied(), lanes.earliest())),
+            None => attached,
         }
     }
 
@@ -254,6 +290,17 @@ impl<M: Message> Simulation<M> {
     /// straight to each next event however far it lies; `None` when rounds remain. A caller
     /// that reports progress between calls pays for work done, never for simulated idle time.
     pub fn run_rounds(&mut self, horizon: SimTime, rounds: u64) -> Result<Option<RunEnd>, KernelError> {
+        if self.lanes.is_some() {
+            if let Some(error) = self.lane_error.clone() {
+                return Err(error);
+            }
+            for _ in 0..rounds {
+                if let Some(end) = self.lane_round(horizon)? {
+                    return Ok(Some(end));
+                }
+            }
+            return Ok(None);
+        }
         for _ in 0..rounds {
             let Some(next) = self.next_instant() else {
                 return Ok(Some(RunEnd::Quiescent { at: self.now.time }));
@@ -276,6 +323,11 @@ impl<M: Message> Simulation<M> {
 
     /// Run exactly one round, if anything is pending; returns its instant.
     pub fn step(&mut self) -> Result<Option<Instant>, KernelError> {
+        if self.lanes.is_some() {
+            let Some(next) = self.next_instant() else { return Ok(None) };
+            self.run_rounds(SimTime::MAX, 1)?;
+            return Ok(Some(next));
+        }
         let Some(next) = self.next_instant() else { return Ok(None) };
         self.round(next)?;
         Ok(Some(next))
@@ -285,11 +337,70 @@ impl<M: Message> Simulation<M> {
     pub fn finish(self) -> Finished<M> {
         crate::clock::publish(None);
         let names = self.book.into_iter().map(|b| b.name);
+        let mut actors = self.host.into_actors();
+        if let Some(lanes) = self.lanes {
+            for (id, actor) in lanes.into_actors() {
+                actors[id.index()] = actor;
+            }
+        }
         Finished {
-            actors: names.zip(self.host.into_actors()).collect(),
+            actors: names.zip(actors).collect(),
             observers: self.observers,
             now: self.now.time,
             stats: self.stats,
+        }
+    }
+
+    /// One round of a run whose detached actors run in lanes: the attached actors' round at
+    /// the earliest pending instant, or a detached actors' instant counted as a round, after
+    /// running the lanes through the next window when nothing attached is left before it.
+    fn lane_round(&mut self, horizon: SimTime) -> Result<Option<RunEnd>, KernelError> {
+        loop {
+            let attached = earliest(self.agenda.peek(), self.queue.peek());
+            let lanes = self.lanes.as_mut().expect("a run in lanes");
+            let detached = lanes.uncounted.front().copied();
+            if let Some(next) = earliest(attached, detached)
+                && next.time < lanes.frontier
+            {
+                if next.time > horizon {
+                    return Ok(Some(RunEnd::Horizon { at: horizon }));
+                }
+                if detached == Some(next) {
+                    lanes.uncounted.pop_front();
+                }
+                let lane_halt = lanes.halt.as_ref().is_some_and(|h| h.at == next);
+                if attached == Some(next) {
+                    self.round(next)?;
+                } else {
+                    self.now = next;
+                    crate::clock::publish(Some(next));
+                    self.stats.rounds += 1;
+                }
+                if lane_halt && self.halted.is_none() {
+                    let halt = self.lanes.as_mut().and_then(|l| l.halt.take()).expect("checked above");
+                    self.halted = Some((halt.name, halt.reason));
+                }
+                if let Some((actor, reason)) = self.halted.take() {
+                    return Ok(Some(RunEnd::Halted { at: self.now.time, actor, reason }));
+                }
+                return Ok(None);
+            }
+            let Some(next) = earliest(attached, lanes.earliest()) else {
+                return Ok(Some(RunEnd::Quiescent { at: self.now.time }));
+            };
+            if next.time > horizon {
+                return Ok(Some(RunEnd::Horizon { at: horizon }));
+            }
+            let cap = horizon.checked_add(SimDuration::from_micros(1)).unwrap_or(SimTime::MAX);
+            // Every attached event before the frontier has run, so the window moves it on.
+            let agenda = &self.agenda;
+            let end = lanes.window_end(|id| agenda.get(id), cap);
+            debug_assert!(end > lanes.frontier);
+            let queue = &mut self.queue;
+            let (transitions, messages) = lanes.run_window(end, |pending| queue.push(pending))?;
+            self.stats.transitions += transitions;
+            self.stats.messages += messages;
+            self.stats.shared_windows = lanes.shared_windows;
         }
     }
 
@@ -384,7 +495,7 @@ impl<M: Message> Simulation<M> {
             let class = outgoing.payload.class();
             let send_count = self.book[id.index()].send_count;
             self.book[id.index()].send_count += 1;
-            self.queue.push(Pending {
+            let pending = Pending {
                 bag_key: BagKey::new(receiver_rank, class, sender_order, send_count),
                 envelope: Envelope {
                     key: OrderKey { time: deliver_at.time, class, sender: sender_order, send_count },
@@ -394,7 +505,22 @@ impl<M: Message> Simulation<M> {
                     to: outgoing.to,
                     payload: outgoing.payload,
                 },
-            });
+            };
+            match &mut self.lanes {
+                Some(lanes) if lanes.is_detached(outgoing.to) => {
+                    lanes.send_to_detached(
+                        &self.book[id.index()].name,
+                        outgoing.delay,
+                        deliver_at,
+                        pending,
+                    )?;
+                }
+                Some(lanes) => {
+                    lanes.note_attached_delivery(class, outgoing.to, deliver_at);
+                    self.queue.push(pending);
+                }
+                None => self.queue.push(pending),
+            }
         }
         let book = &mut self.book[id.index()];
         let elapsed = at.time.saturating_since(book.last_transition);
@@ -407,6 +533,9 @@ impl<M: Message> Simulation<M> {
             },
         };
         self.agenda.set(id, next);
+        if let (Some(lanes), Some(next)) = (&mut self.lanes, next) {
+            lanes.note_timer(id, next);
+        }
         if let Some(reason) = work.outbox.halt.take()
             && self.halted.is_none()
         {

@@ -22,6 +22,10 @@ pub enum AssemblyError {
     TooManyActors,
     /// The round bound must allow at least one round per instant.
     ZeroRoundBound,
+    /// Lanes need at least one thread.
+    NoLaneThreads,
+    /// Lanes need a positive lookahead.
+    ZeroLookahead,
 }
 
 impl fmt::Display for AssemblyError {
@@ -34,6 +38,8 @@ impl fmt::Display for AssemblyError {
             AssemblyError::UnknownActor(id) => write!(f, "actor id {} was never declared", id.0),
             AssemblyError::TooManyActors => write!(f, "more than {} actors", u32::MAX - 1),
             AssemblyError::ZeroRoundBound => write!(f, "the bound on rounds per instant must be at least 1"),
+            AssemblyError::NoLaneThreads => write!(f, "lanes need at least one thread"),
+            AssemblyError::ZeroLookahead => write!(f, "lanes need a positive lookahead"),
         }
     }
 }
@@ -65,6 +71,31 @@ pub enum KernelError {
         /// The actor whose delay or time advance overflowed.
         actor: String,
     },
+    /// A detached actor sent a message to a detached actor; lanes never exchange messages.
+    DetachedToDetached {
+        /// The sender's name.
+        sender: String,
+        /// The detached receiver.
+        to: ActorId,
+    },
+    /// A detached actor sent a message without delay; its lane runs ahead of the others.
+    DetachedWithoutDelay {
+        /// The sender's name.
+        sender: String,
+    },
+    /// A message reached a detached actor sooner than the lanes' promise allows: shorter than
+    /// the lookahead, or before a window the lanes already ran (a quiet class was not quiet).
+    LookaheadBroken {
+        /// The sender's name.
+        sender: String,
+        /// When the message was due.
+        at: SimTime,
+        /// The end of the window already run.
+        frontier: SimTime,
+    },
+    /// An observer that watches every actor was attached to a simulation whose detached
+    /// actors run in lanes, out of its sight.
+    ObserverSeesDetached,
 }
 
 impl fmt::Display for KernelError {
@@ -80,6 +111,22 @@ impl fmt::Display for KernelError {
             }
             KernelError::TimeOverflow { actor } => {
                 write!(f, "actor {actor:?} scheduled past the end of representable time")
+            }
+            KernelError::DetachedToDetached { sender, to } => {
+                write!(f, "detached actor {sender:?} sent a message to detached actor id {}", to.0)
+            }
+            KernelError::DetachedWithoutDelay { sender } => {
+                write!(f, "detached actor {sender:?} sent a message without delay")
+            }
+            KernelError::LookaheadBroken { sender, at, frontier } => write!(
+                f,
+                "actor {sender:?} sent a message due at {at} to a detached actor whose lane had run to {frontier}"
+            ),
+            KernelError::ObserverSeesDetached => {
+                write!(
+                    f,
+                    "an observer of every actor was attached to a run whose detached actors run in lanes"
+                )
             }
         }
     }

@@ -135,6 +135,12 @@ pub trait Observer<M>: Any {
         false
     }
 
+    /// Whether this observer can do without the deliveries to and transitions of detached
+    /// actors, which it then does not see, so that they may run in lanes (see [`crate::LaneSpec`]).
+    fn blind_to_detached(&self) -> bool {
+        false
+    }
+
     /// An actor's own check found a broken invariant after its transition at `now`.
     fn on_violation(&mut self, _now: Instant, _actor: &str, _violation: &str) {}
 

@@ -92,6 +92,11 @@ impl CallCounts {
 }
 
 impl Observer<ClusterMessage> for AnswerCounter {
+    /// It counts what clients send and receive; engines are out of its sight.
+    fn blind_to_detached(&self) -> bool {
+        true
+    }
+
     fn on_delivery(&mut self, envelope: &Envelope<ClusterMessage>) {
         let mut counts = self.counts.get();
         let from_client = self.clients.binary_search(&envelope.sender).is_ok();
@@ -163,7 +168,12 @@ pub fn run_replication(
     accounting: Accounting,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(ReplicationRun, Observers), RunError> {
-    let options = AssemblyOptions { draw_ahead: accounting == Accounting::Threaded, ..options.clone() };
+    // A replication with a core to spare draws ahead; its engines run in the lanes the
+    // options allow when nothing watches every actor.
+    let spare = accounting == Accounting::Threaded;
+    let blind = observers.iter().all(|o| o.blind_to_detached());
+    let lane_threads = if spare && blind { options.lane_threads } else { 1 };
+    let options = AssemblyOptions { draw_ahead: spare, lane_threads, ..options.clone() };
     let cluster = assemble(scenario, seed, data, &options).map_err(RunError::Input)?;
     if let Some(out) = calls.as_deref_mut() {
         out.begin(cluster.served.clone()).map_err(|e| RunError::Output(e.to_string()))?;

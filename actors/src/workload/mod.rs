@@ -76,6 +76,12 @@ pub trait RequestSource: Send {
     /// The next request, or `None` when the source is exhausted.
     fn next_request(&mut self) -> Option<Planned>;
 
+    /// Whether every request is one call released at its own arrival time, so that no answer
+    /// ever makes the client send (what lets the engines run in lanes).
+    fn answers_release_nothing(&self) -> bool {
+        false
+    }
+
     /// Why the source ended early, if it did (a file changed after it was checked).
     fn error(&self) -> Option<&FieldError> {
         None

@@ -149,6 +149,10 @@ impl RequestSource for Synthetic {
         self.pacing.clone()
     }
 
+    fn answers_release_nothing(&self) -> bool {
+        self.pacing == Pacing::Open && self.spec.session.is_none()
+    }
+
     fn next_request(&mut self) -> Option<Planned> {
         if self.sent >= self.spec.requests {
             return None;

@@ -181,6 +181,7 @@ impl Base {
             released_token_ids: false,
             fault: None,
             draw_ahead: false,
+            lane_threads: 1,
         };
         match assemble(&scenario, self.seed, data, &options) {
             Ok(_) => Ok(None),
