@@ -35,7 +35,7 @@ impl CallLedger {
     }
 
     /// Every record settled so far, in file order; the ledger is left empty.
-    pub(crate) fn drain(&self) -> Vec<CallRecord> {
+    pub fn drain(&self) -> Vec<CallRecord> {
         let mut settled = std::mem::take(&mut *self.settled.borrow_mut());
         // Stable: a request's records keep their node order under their shared key.
         settled.sort_by_key(|(key, _)| *key);

@@ -245,6 +245,11 @@ impl<M: Message> Simulation<M> {
         self.now
     }
 
+    /// Whether detached actors run in lanes ([`crate::Assembly::build_in_lanes`]).
+    pub fn in_lanes(&self) -> bool {
+        self.lanes.is_some()
+    }
+
     /// What the run did so far.
     pub fn stats(&self) -> RunStats {
         self.stats
