@@ -9,7 +9,9 @@
 //! timing, so the same model and seed give the same run, bit for bit, on either host: inline
 //! calls (the default) or one tokio task per actor on a paused runtime (the parity proof).
 //! Randomness comes only from named [`Substream`]s; observers watch a run without the actors
-//! knowing. Nothing here knows about LLMs.
+//! knowing. Actors installed detached may run ahead of the others in lanes, on several threads,
+//! within windows their quiet answers and the delays to them allow ([`LaneSpec`]), with the
+//! same outcome. Nothing here knows about LLMs.
 //!
 //! ```text
 //!   Assembly ── declare names, install actors ──► Simulation ── run_until(horizon) ──► Finished
