@@ -537,10 +537,12 @@ impl<M: Message> Simulation<M> {
                 None => return Err(KernelError::TimeOverflow { actor: book.name.clone() }),
             },
         };
-        self.agenda.set(id, next);
-        if let (Some(lanes), Some(next)) = (&mut self.lanes, next) {
+        if let (Some(lanes), Some(next)) = (&mut self.lanes, next)
+            && self.agenda.get(id) != Some(next)
+        {
             lanes.note_timer(id, next);
         }
+        self.agenda.set(id, next);
         if let Some(reason) = work.outbox.halt.take()
             && self.halted.is_none()
         {
