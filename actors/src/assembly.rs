@@ -180,7 +180,9 @@ pub struct AssemblyOptions {
     /// replication has a core to spare (`run_replication`'s accounting on a second thread).
     pub draw_ahead: bool,
     /// Threads the engines may share when they can run in lanes, ahead of the router and the
-    /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same.
+    /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same for a run
+    /// to its end or its horizon; a caller that stops between slices (as `run`'s overload watch
+    /// does) finds engines that ran past the stop, so `run` keeps 1.
     pub lane_threads: usize,
 }
 

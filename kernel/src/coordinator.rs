@@ -330,7 +330,10 @@ impl<M: Message> Simulation<M> {
     pub fn step(&mut self) -> Result<Option<Instant>, KernelError> {
         if self.lanes.is_some() {
             let Some(next) = self.next_instant() else { return Ok(None) };
-            self.run_rounds(SimTime::MAX, 1)?;
+            // A halt stays pending for the next run, as on the sequential path.
+            if let Some(RunEnd::Halted { actor, reason, .. }) = self.run_rounds(SimTime::MAX, 1)? {
+                self.halted = Some((actor, reason));
+            }
             return Ok(Some(next));
         }
         let Some(next) = self.next_instant() else { return Ok(None) };

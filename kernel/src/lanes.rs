@@ -301,7 +301,11 @@ fn worker_loop<M: Message>(shared: &Shared<M>, state: &AtomicU8, panic: &Mutex<O
         match wait_while(state, IDLE, true) {
             STOP => return,
             RUN => {}
-            _ => continue,
+            _ => {
+                // Our last window's DONE, not yet seen by the coordinator.
+                wait_while(state, DONE, true);
+                continue;
+            }
         }
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| shared.work())) {
             *panic.lock().unwrap_or_else(PoisonError::into_inner) = Some(payload);

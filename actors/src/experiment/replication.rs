@@ -169,7 +169,7 @@ pub fn run_replication(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(ReplicationRun, Observers), RunError> {
     // A replication with a core to spare draws ahead; its engines run in the lanes the
-    // options allow when nothing watches every actor.
+    // options allow (none from `run`) when nothing watches every actor.
     let spare = accounting == Accounting::Threaded;
     let blind = observers.iter().all(|o| o.blind_to_detached());
     let lane_threads = if spare && blind { options.lane_threads } else { 1 };
