@@ -180,11 +180,15 @@ pub struct AssemblyOptions {
     /// replication has a core to spare (`run_replication`'s accounting on a second thread).
     pub draw_ahead: bool,
     /// Threads the engines may share when they can run in lanes, ahead of the router and the
-    /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same for a run
-    /// to its end or its horizon; a caller that stops between slices (as `run`'s overload watch
-    /// does) finds engines that ran past the stop, so `run` keeps 1.
+    /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same, for a
+    /// run to its end, to its horizon, or stopped at a multiple of `OVERLOAD_STOP_GRID`.
     pub lane_threads: usize,
 }
+
+/// The overload watch, deciding between slices to stop a run, stops it at the next multiple
+/// of this period of simulated time; the engines' windows never cross one, so in lanes they
+/// are no further on there than in a sequential run.
+pub(crate) const OVERLOAD_STOP_GRID: SimDuration = SimDuration::from_micros(100_000);
 
 /// The average engine transitions per window from which the engines' windows are shared
 /// among threads. The reference cluster cases (`cluster-8x-100k`: 128 output tokens, 8
@@ -230,6 +234,7 @@ fn lane_spec(case: LaneCase<'_>) -> Option<LaneSpec> {
         lookahead: case.to_engine,
         quiet: ClusterMessage::QUIET_CLASSES.to_vec(),
         handoff_grain: LANE_HANDOFF_GRAIN,
+        grid: OVERLOAD_STOP_GRID,
         reach: case
             .clients
             .iter()

@@ -216,9 +216,10 @@ pub fn run_observed(
         return Err(RunError::Input(FieldError::new("--threads", 0, "must be at least 1")));
     }
     let threads = options.threads.unwrap_or_else(default_threads).max(1);
-    // A core no replication takes does replication 0's accounting and draws. Its engines stay
-    // out of lanes: a run the overload watch stops between slices would hand back engines that
-    // ran past the stop (docs/PERFORMANCE.md, "Engines in lanes").
+    // Cores no replication takes: the first does replication 0's accounting and draws; from
+    // the second on, they run its engines in lanes (on two cores the lanes measured no faster
+    // than the accounting and draws alone: docs/PERFORMANCE.md, "Engines in lanes").
+    let spare = threads.saturating_sub(replications as usize);
     let assembly = AssemblyOptions {
         host: options.host,
         base_dir: options.base_dir.clone().unwrap_or_default(),
@@ -226,7 +227,7 @@ pub fn run_observed(
         released_token_ids: options.export_token_ids,
         fault: None,
         draw_ahead: false,
-        lane_threads: 1,
+        lane_threads: if spare >= 2 { spare } else { 1 },
     };
     let seeds: Vec<u64> = (0..replications).map(|r| replication_seed(seed, r)).collect();
     // Replication 0 runs here (the observers are not Send); the others on workers, each taking

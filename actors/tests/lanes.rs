@@ -1,10 +1,11 @@
 //! Engines in lanes end to end: where the engines may run ahead of the router and the clients
 //! (open-loop clients of one call per request, a router that sends to engines only on requests,
 //! aborts and its own timers), they do — on two threads, sharing windows — and every call
-//! settles as in a sequential run; and where an answer could lead to a message to an engine,
-//! the engines stay attached.
+//! settles as in a sequential run; `run` writes the same bytes on one and three threads, for
+//! a run to its end and for one the overload watch stops; and where an answer could lead to a
+//! message to an engine, the engines stay attached.
 
-use blis_actors::{AssemblyOptions, assemble};
+use blis_actors::{AssemblyOptions, RunOptions, assemble, run};
 use blis_contracts::{CallRecord, Scenario};
 use blis_costmodel::CostData;
 use blis_kernel::HostKind;
@@ -74,6 +75,25 @@ fn engines_in_lanes_settle_every_call_as_a_sequential_run_does() {
             assert!(shared > 50, "{router}: {shared} windows shared");
         }
         assert!(calls == expected, "{router}: the calls differ in lanes");
+    }
+}
+
+#[test]
+fn run_writes_the_same_bytes_with_its_engines_in_lanes() {
+    // Three threads and one replication: one spare core accounts and draws, the second runs
+    // the engines' lanes. The second scenario is overloaded (3,000 requests/s on four
+    // engines) and stopped by the overload watch.
+    let overloaded = scenario(ROUND_ROBIN, "{ process: poisson, rate_per_s: 3000 }", "")
+        .replace("requests: 400", "requests: 60000");
+    for (what, text) in [("to its end", scenario(LLMD, POISSON, "")), ("stopped", overloaded)] {
+        let with = |threads: usize| {
+            let options = RunOptions { threads: Some(threads), ..RunOptions::default() };
+            let out = run(&text, options, &mut |_| {}).unwrap();
+            (out.result.replications[0].overload.stopped_at_us, out.result_json(), out.calls_jsonl())
+        };
+        let one = with(1);
+        assert_eq!(one.0.is_some(), what == "stopped", "{what}: {:?}", one.0);
+        assert!(one == with(3), "{what}: one thread against three");
     }
 }
 

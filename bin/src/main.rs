@@ -66,9 +66,9 @@ enum Command {
         /// Independent replications (default: the frame's, 5 for terminating runs).
         #[arg(long)]
         replications: Option<u32>,
-        /// Threads to run replications on (default: every core; a thread no replication takes
-        /// writes replication 0's calls and draws its clients' token ids ahead); outputs never
-        /// depend on it.
+        /// Threads to run replications on (default: every core; the first thread no replication
+        /// takes writes replication 0's calls and draws its clients' token ids ahead, the others
+        /// run its engines in lanes where they can); outputs never depend on it.
         #[arg(long)]
         threads: Option<usize>,
         /// Also run once per uncertainty sample of the calibrated coefficients and report how far

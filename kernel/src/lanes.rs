@@ -47,6 +47,10 @@ pub struct LaneSpec {
     /// than one busy actor is shared with the other threads (0: always); below it, waking a
     /// thread and waiting for the slower one cost more than the work moved.
     pub handoff_grain: u32,
+    /// Windows end at the latest at the next multiple of this period (zero: no such bound), so
+    /// a caller that decides between slices to stop at the next multiple finds the detached
+    /// actors no further on than a sequential run's.
+    pub grid: SimDuration,
 }
 
 /// A detached actor, the bookkeeping the coordinator would otherwise keep for it, and what it
@@ -324,6 +328,7 @@ pub(crate) struct Lanes<M> {
     place: Vec<Option<u32>>,
     lookahead: SimDuration,
     quiet: Vec<MessageClass>,
+    grid: SimDuration,
     /// Every detached event before this time has run.
     pub(crate) frontier: SimTime,
     /// Instants of detached transitions not yet counted as rounds, in order, each once.
@@ -395,6 +400,7 @@ impl<M: Message + Send> Lanes<M> {
             place,
             lookahead: spec.lookahead,
             quiet: spec.quiet.clone(),
+            grid: spec.grid,
             frontier: SimTime::ZERO,
             uncounted: VecDeque::new(),
             reach,
@@ -484,7 +490,11 @@ impl<M: Message> Lanes<M> {
         }
         let loud = self.loud.peek().map(|Reverse((effect, _))| *effect);
         let timer = self.timers.peek().map(|Reverse((effect, _, _))| *effect);
-        [loud, timer].into_iter().flatten().fold(cap, SimTime::min)
+        let grid = (!self.grid.is_zero()).then(|| {
+            let period = self.grid.as_micros();
+            SimTime::from_micros((frontier.as_micros() / period).saturating_add(1).saturating_mul(period))
+        });
+        [loud, timer, grid].into_iter().flatten().fold(cap, SimTime::min)
     }
 
     /// Run every detached event before `end` — on the workers too when more than one member

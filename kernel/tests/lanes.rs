@@ -308,6 +308,7 @@ fn spec(threads: usize) -> LaneSpec {
         quiet: vec![QUIET],
         reach: Vec::new(),
         handoff_grain: 0,
+        grid: SimDuration::ZERO,
     }
 }
 
@@ -397,6 +398,40 @@ fn a_horizon_stops_lanes_where_it_stops_a_sequential_run() {
     assert_eq!(lanes.run_until(horizon).unwrap(), end);
     assert_eq!(counts(lanes.stats()), counts(stats));
     assert_eq!(logs(lanes, &ids), expected);
+}
+
+#[test]
+fn a_stop_decided_between_slices_at_the_next_grid_point_is_a_sequential_runs_stop() {
+    // A caller decides after some slices to stop just before the next multiple of the grid;
+    // windows never cross one, so the servers are where a sequential run leaves them.
+    let grid = SimDuration::from_micros(5_000);
+    let stopped = |lanes: Option<usize>, slice: u64| {
+        let (assembly, ids) = assemble(Variant::default(), 2_000);
+        let mut simulation = match lanes {
+            // The source's jobs pass through the dispatcher: 30 + 20 µs before a server.
+            Some(threads) => {
+                let reach = vec![(ids[0], SimDuration::from_micros(TO_DISPATCHER_US + TO_SERVER_US))];
+                assembly.build_in_lanes(&LaneSpec { grid, reach, ..spec(threads) }).unwrap()
+            }
+            None => assembly.build(HostKind::Inline).unwrap(),
+        };
+        for _ in 0..40 {
+            assert_eq!(simulation.run_rounds(SimTime::MAX, slice).unwrap(), None);
+        }
+        let period = grid.as_micros();
+        let stop = SimTime::from_micros((simulation.now().time.as_micros() / period + 1) * period - 1);
+        assert_eq!(simulation.run_until(stop).unwrap(), RunEnd::Horizon { at: stop });
+        let stats = counts(simulation.stats());
+        (stop, stats, logs(simulation, &ids))
+    };
+    // Slices of several lengths, so that some stop decisions fall while the lanes hold
+    // instants the rounds have not reached yet.
+    for slice in [3, 7, 13, 29, 50] {
+        let expected = stopped(None, slice);
+        for threads in [1, 2] {
+            assert!(stopped(Some(threads), slice) == expected, "{threads} threads, slices of {slice}");
+        }
+    }
 }
 
 #[test]

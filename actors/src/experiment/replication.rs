@@ -12,7 +12,7 @@ use blis_costmodel::CostData;
 use blis_kernel::{ActorId, Envelope, Observer, RunEnd, SimDuration, SimTime};
 use sha2::{Digest, Sha256};
 
-use crate::assembly::{AssemblyOptions, assemble};
+use crate::assembly::{AssemblyOptions, OVERLOAD_STOP_GRID, assemble};
 use crate::calls_out::CallsOut;
 use crate::client::Client;
 use crate::engine_host::EngineHost;
@@ -169,7 +169,7 @@ pub fn run_replication(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(ReplicationRun, Observers), RunError> {
     // A replication with a core to spare draws ahead; its engines run in the lanes the
-    // options allow (none from `run`) when nothing watches every actor.
+    // options allow when nothing watches every actor.
     let spare = accounting == Accounting::Threaded;
     let blind = observers.iter().all(|o| o.blind_to_detached());
     let lane_threads = if spare && blind { options.lane_threads } else { 1 };
@@ -291,8 +291,17 @@ fn simulate(
         let seen = counts.get();
         progress(Progress { simulated: now, answered: seen.answered, total });
         if watch.observe(now.as_micros() as f64 / 1e6, seen.outstanding()) {
-            stopped_overloaded_us = Some(now.as_micros());
-            break RunEnd::Horizon { at: now };
+            // Stop as at a horizon just before the next multiple of the grid: engines running
+            // ahead in lanes never pass one, so every path stops in the same state.
+            let period = OVERLOAD_STOP_GRID.as_micros();
+            let next = (now.as_micros() / period).saturating_add(1).saturating_mul(period);
+            let stop = SimTime::from_micros(next - 1).min(horizon);
+            let ended = simulation.run_until(stop).map_err(RunError::Kernel)?;
+            account(cluster.ledger.drain())?;
+            if let RunEnd::Horizon { .. } = ended {
+                stopped_overloaded_us = Some(stop.as_micros());
+            }
+            break ended;
         }
     };
     if let RunEnd::Halted { at, actor, reason } = &end
