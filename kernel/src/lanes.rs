@@ -258,10 +258,11 @@ const RUN: u8 = 1;
 const DONE: u8 = 2;
 const STOP: u8 = 3;
 
-/// Busy-wait rounds before a waiting thread yields its core, and yields before a worker parks:
-/// a window is a few microseconds of work, and the core may be wanted by other threads.
+/// Busy-wait rounds before a waiting thread yields its core: a window is a few microseconds of
+/// work.
 const SPINS: u32 = 64;
 
+/// Yields before a waiting worker parks: its core may be wanted by the accounting and draws.
 const YIELDS: u32 = 2_000;
 
 /// A thread that joins in each window with more than one busy member.
@@ -300,6 +301,7 @@ fn wait_while(state: &AtomicU8, from: u8, park: bool) -> u8 {
     }
 }
 
+/// A worker's life: share each window it is woken for, until it is stopped.
 fn worker_loop<M: Message>(shared: &Shared<M>, state: &AtomicU8, panic: &Mutex<Option<Box<dyn Any + Send>>>) {
     loop {
         match wait_while(state, IDLE, true) {
