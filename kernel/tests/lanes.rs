@@ -424,9 +424,10 @@ fn a_stop_decided_between_slices_at_the_next_grid_point_is_a_sequential_runs_sto
         let stats = counts(simulation.stats());
         (stop, stats, logs(simulation, &ids))
     };
-    // Slices of several lengths, so that some stop decisions fall while the lanes hold
-    // instants the rounds have not reached yet.
-    for slice in [3, 7, 13, 29, 50] {
+    // Slices of every length to 60, so that some stop decisions fall while the lanes hold
+    // instants the rounds have not reached yet (stopping at the slice's end instead fails
+    // with slices of 6, 8, 11, 21 and 23 rounds, among others).
+    for slice in 1..=60 {
         let expected = stopped(None, slice);
         for threads in [1, 2] {
             assert!(stopped(Some(threads), slice) == expected, "{threads} threads, slices of {slice}");
