@@ -204,7 +204,6 @@ struct LaneCase<'a> {
     to_engine: SimDuration,
     to_client: SimDuration,
     clients: &'a [ActorId],
-    vllm_only: bool,
     disaggregated: bool,
     flow_control: bool,
     kv_events_lag: Option<SimDuration>,
@@ -218,13 +217,13 @@ struct LaneCase<'a> {
 /// request or an abort reaches it or when its own scrape timer fires (round-robin, or llm-d
 /// without flow control, which releases held requests as others finish), engines never talk
 /// to each other (no P/D, no fabric), and every message between router and engines is
-/// delayed. Answers, first tokens, scraped metrics, KV events and a client's end are then
-/// quiet: their delivery leads to nothing sent to an engine.
+/// delayed. What vLLM's and SGLang's engines send (answers, first tokens, scraped metrics, KV
+/// events) and a client's end are then quiet: their delivery leads to nothing sent to an
+/// engine.
 fn lane_spec(case: LaneCase<'_>) -> Option<LaneSpec> {
     let eligible = case.threads > 1
         && case.host == HostKind::Inline
         && !case.to_engine.is_zero()
-        && case.vllm_only
         && !case.disaggregated
         && !case.flow_control
         && case.kv_events_lag.is_none_or(|lag| !lag.is_zero())
@@ -453,7 +452,7 @@ pub fn assemble(
                     engine.inject_kv_leak();
                 }
                 let host = SglangHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some());
-                assembly.install(*id, host).map_err(install_error)?;
+                assembly.install_detached(*id, host).map_err(install_error)?;
                 continue;
             }
         };
@@ -503,7 +502,6 @@ pub fn assemble(
         to_engine,
         to_client,
         clients: &clients,
-        vllm_only: pools.iter().all(|p| matches!(p.engine, PlannedEngine::Vllm(_))),
         disaggregated: fabric.is_some() || !peers.is_empty(),
         flow_control: llmd_flow_control,
         kv_events_lag,

@@ -1,4 +1,4 @@
-//! Engines in lanes end to end: where the engines may run ahead of the router and the clients
+//! Engines in lanes end to end (vLLM's and SGLang's): where the engines may run ahead of the router and the clients
 //! (open-loop clients of one call per request, a router that sends to engines only on requests,
 //! aborts and its own timers), they do — on two threads, sharing windows — and every call
 //! settles as in a sequential run; `run` writes the same bytes on one and three threads, for
@@ -60,10 +60,18 @@ fn simulate(text: &str, lane_threads: usize) -> (Vec<CallRecord>, bool, u64) {
     (cluster.ledger.drain(), in_lanes, cluster.simulation.stats().shared_windows)
 }
 
+const VLLM_ENGINE: &str = r#"engine: { kind: vllm, version: "0.15.1", args: { max_num_seqs: 64 } }"#;
+
 #[test]
 fn engines_in_lanes_settle_every_call_as_a_sequential_run_does() {
-    for router in [ROUND_ROBIN, LLMD] {
-        let text = scenario(router, POISSON, "");
+    let sglang = scenario(ROUND_ROBIN, POISSON, "")
+        .replace(VLLM_ENGINE, r#"engine: { kind: sglang, version: "0.5.23", args: {} }"#);
+    assert!(sglang.contains("kind: sglang"));
+    for (router, text) in [
+        (ROUND_ROBIN, scenario(ROUND_ROBIN, POISSON, "")),
+        (LLMD, scenario(LLMD, POISSON, "")),
+        ("SGLang engines behind round-robin", sglang),
+    ] {
         let (expected, attached, _) = simulate(&text, 1);
         assert!(!attached, "{router}: one thread keeps the engines attached");
         assert_eq!(expected.len(), 400);
@@ -71,7 +79,7 @@ fn engines_in_lanes_settle_every_call_as_a_sequential_run_does() {
         assert!(in_lanes, "{router}");
         // llm-d's scrapes (every 50 ms to each engine) cut its windows below the grain from
         // which they are shared.
-        if router == ROUND_ROBIN {
+        if router != LLMD {
             assert!(shared > 50, "{router}: {shared} windows shared");
         }
         assert!(calls == expected, "{router}: the calls differ in lanes");
@@ -85,7 +93,11 @@ fn run_writes_the_same_bytes_with_its_engines_in_lanes() {
     // engines) and stopped by the overload watch.
     let overloaded = scenario(ROUND_ROBIN, "{ process: poisson, rate_per_s: 3000 }", "")
         .replace("requests: 400", "requests: 60000");
-    for (what, text) in [("to its end", scenario(LLMD, POISSON, "")), ("stopped", overloaded)] {
+    let sglang = scenario(ROUND_ROBIN, POISSON, "")
+        .replace(VLLM_ENGINE, r#"engine: { kind: sglang, version: "0.5.23", args: {} }"#);
+    for (what, text) in
+        [("to its end", scenario(LLMD, POISSON, "")), ("SGLang to its end", sglang), ("stopped", overloaded)]
+    {
         let with = |threads: usize| {
             let options = RunOptions { threads: Some(threads), ..RunOptions::default() };
             let out = run(&text, options, &mut |_| {}).unwrap();
