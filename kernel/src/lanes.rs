@@ -492,10 +492,7 @@ impl<M: Message> Lanes<M> {
         }
         let loud = self.loud.peek().map(|Reverse((effect, _))| *effect);
         let timer = self.timers.peek().map(|Reverse((effect, _, _))| *effect);
-        let grid = (!self.grid.is_zero()).then(|| {
-            let period = self.grid.as_micros();
-            SimTime::from_micros((frontier.as_micros() / period).saturating_add(1).saturating_mul(period))
-        });
+        let grid = (!self.grid.is_zero()).then(|| frontier.next_multiple_of(self.grid));
         [loud, timer, grid].into_iter().flatten().fold(cap, SimTime::min)
     }
 
@@ -507,7 +504,7 @@ impl<M: Message> Lanes<M> {
         end: SimTime,
         mut queue: impl FnMut(Pending<M>),
     ) -> Result<(u64, u64), KernelError> {
-        let shared = &*self.shared;
+        let shared = Arc::clone(&self.shared);
         self.busy.clear();
         for index in 0..shared.members.len() {
             if shared.member(index).earliest().is_some_and(|at| at.time < end) {
@@ -544,17 +541,14 @@ impl<M: Message> Lanes<M> {
         }
         self.frontier = end;
         let (mut transitions, mut messages) = (0, 0);
-        for &index in &self.busy {
-            let mut member = shared.member(index as usize);
+        for position in 0..self.busy.len() {
+            let mut member = shared.member(self.busy[position] as usize);
             if let Some(error) = member.error.take() {
                 return Err(error);
             }
             for pending in member.sent.drain(..) {
                 let at = Instant { time: pending.envelope.key.time, round: pending.envelope.round };
-                if !self.quiet.contains(&pending.envelope.key.class) {
-                    let effect = at.time.saturating_add(self.reach[pending.envelope.to.index()]);
-                    self.loud.push(Reverse((effect, at)));
-                }
+                self.note_attached_delivery(pending.envelope.key.class, pending.envelope.to, at);
                 queue(pending);
             }
             self.merged.append(&mut member.instants);

@@ -77,6 +77,12 @@ impl SimTime {
         SimTime(self.0.saturating_add(d.0))
     }
 
+    /// The first multiple of `period` (positive) after this time, saturating at
+    /// [`SimTime::MAX`]: a grid's next line.
+    pub const fn next_multiple_of(self, period: SimDuration) -> SimTime {
+        SimTime((self.0 / period.0).saturating_add(1).saturating_mul(period.0))
+    }
+
     /// The duration from `earlier` to this time, or zero if `earlier` is later.
     pub const fn saturating_since(self, earlier: SimTime) -> SimDuration {
         SimDuration(self.0.saturating_sub(earlier.0))
@@ -214,6 +220,15 @@ mod tests {
         assert_eq!(i.after(SimDuration::ZERO), Some(Instant { time: i.time, round: 4 }));
         assert_eq!(i.after(SimDuration::from_micros(5)), Some(Instant::at(SimTime::from_micros(15))));
         assert_eq!(Instant::at(SimTime::MAX).after(SimDuration::from_micros(1)), None);
+    }
+
+    #[test]
+    fn the_next_multiple_is_strictly_later_and_saturates() {
+        let period = SimDuration::from_micros(100);
+        assert_eq!(SimTime::from_micros(0).next_multiple_of(period), SimTime::from_micros(100));
+        assert_eq!(SimTime::from_micros(99).next_multiple_of(period), SimTime::from_micros(100));
+        assert_eq!(SimTime::from_micros(100).next_multiple_of(period), SimTime::from_micros(200));
+        assert_eq!(SimTime::MAX.next_multiple_of(period), SimTime::MAX);
     }
 
     #[test]

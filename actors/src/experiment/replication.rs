@@ -293,8 +293,7 @@ fn simulate(
         if watch.observe(now.as_micros() as f64 / 1e6, seen.outstanding()) {
             // Stop as at a horizon just before the next multiple of the grid: engines running
             // ahead in lanes never pass one, so every path stops in the same state.
-            let period = OVERLOAD_STOP_GRID.as_micros();
-            let next = (now.as_micros() / period).saturating_add(1).saturating_mul(period);
+            let next = now.next_multiple_of(OVERLOAD_STOP_GRID).as_micros();
             let stop = SimTime::from_micros(next - 1).min(horizon);
             let ended = simulation.run_until(stop).map_err(RunError::Kernel)?;
             account(cluster.ledger.drain())?;
