@@ -183,6 +183,9 @@ pub struct AssemblyOptions {
     /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same, for a
     /// run to its end, to its horizon, or stopped at a multiple of `OVERLOAD_STOP_GRID`.
     pub lane_threads: usize,
+    /// vLLM engines walk every running request every step, the reference path, instead of
+    /// advancing plain decoders as a cohort; the outputs are the same.
+    pub faithful_steps: bool,
 }
 
 /// The overload watch, deciding between slices to stop a run, stops it at the next multiple
@@ -457,6 +460,7 @@ pub fn assemble(
             }
         };
         let mut engine = VllmEngine::new(vllm::VllmPlan::clone(plan), environment);
+        engine.set_decode_cohort(!options.faithful_steps);
         if options.fault == Some(Fault::LeakKvBlock) {
             engine.inject_kv_leak();
         }

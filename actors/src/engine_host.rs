@@ -696,7 +696,7 @@ impl EngineHost {
     fn launch(&mut self, now: SimTime, out: &mut Outbox<ClusterMessage>) -> Loop {
         let (price, shape) = self.engine.schedule();
         self.priced.merge(&price.by_rank);
-        let ran_tokens = !shape.requests.is_empty();
+        let ran_tokens = shape.totals.requests > 0;
         let (host, device) = match step_times(&price) {
             Ok(times) => times,
             Err(unpriceable) => {

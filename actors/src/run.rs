@@ -56,6 +56,9 @@ pub struct RunOptions {
     pub calls_path: Option<PathBuf>,
     /// Whether replication 0's call records are hashed for [`RunOutput::calls_sha256`].
     pub calls_digest: CallsDigest,
+    /// vLLM engines walk every running request every step (the reference path) instead of
+    /// advancing plain decoders as a cohort; the outputs are the same.
+    pub faithful_steps: bool,
 }
 
 /// How far a run has got, for a progress display.
@@ -228,6 +231,7 @@ pub fn run_observed(
         fault: None,
         draw_ahead: false,
         lane_threads: if spare >= 2 { spare } else { 1 },
+        faithful_steps: options.faithful_steps,
     };
     let seeds: Vec<u64> = (0..replications).map(|r| replication_seed(seed, r)).collect();
     // Replication 0 runs here (the observers are not Send); the others on workers, each taking

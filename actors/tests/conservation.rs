@@ -117,6 +117,7 @@ fn kv_blocks_are_conserved_after_every_step_under_preemption() {
             fault: None,
             draw_ahead: false,
             lane_threads: 1,
+            faithful_steps: false,
         },
     )
     .unwrap();

@@ -217,6 +217,7 @@ fn checked(text: &str) -> Vec<blis_actors::EngineHost> {
             fault: None,
             draw_ahead: false,
             lane_threads: 1,
+            faithful_steps: false,
         },
     )
     .unwrap();
@@ -358,6 +359,7 @@ fn every_pd_example_scenario_assembles() {
             fault: None,
             draw_ahead: false,
             lane_threads: 1,
+            faithful_steps: false,
         };
         if let Err(e) = assemble(&scenario, 1, &CostData::embedded(), &options) {
             panic!("{}: {e}", path.display());

@@ -48,6 +48,7 @@ fn options(lane_threads: usize) -> AssemblyOptions {
         fault: None,
         draw_ahead: false,
         lane_threads,
+        faithful_steps: false,
     }
 }
 

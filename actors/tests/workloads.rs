@@ -301,6 +301,7 @@ fn timeouts_abort_at_the_engine_and_free_its_blocks_and_every_call_has_one_fate(
         fault: None,
         draw_ahead: false,
         lane_threads: 1,
+        faithful_steps: false,
     };
     let mut cluster = assemble(&scenario, 21, &CostData::embedded(), &options).unwrap();
     cluster.simulation.run().unwrap();

@@ -75,6 +75,10 @@ enum Command {
         /// each figure moves.
         #[arg(long)]
         coefficient_spread: bool,
+        /// Walk every running request of every vLLM step, the reference path, instead of
+        /// advancing plain decoders as a cohort; outputs are the same, only slower.
+        #[arg(long)]
+        faithful_steps: bool,
         /// Directory for result.json and calls.jsonl.
         #[arg(long, default_value = "out")]
         out: PathBuf,
@@ -484,6 +488,7 @@ fn main() -> ExitCode {
             replications,
             threads,
             coefficient_spread,
+            faithful_steps,
             out,
             calls,
             host,
@@ -525,6 +530,7 @@ fn main() -> ExitCode {
                     calls,
                     calls_path: Some(calls_path),
                     calls_digest,
+                    faithful_steps,
                 },
                 &data,
                 &outputs,
@@ -1029,6 +1035,7 @@ fn replay(file: &Path, host: HostKind, data: &CostData) -> ExitCode {
         calls: CallSelection::None,
         calls_path: None,
         calls_digest: CallsDigest::Computed,
+        faithful_steps: false,
     };
     let outcome = run_observed(&inputs.scenario, options, data, vec![check], &mut |_| {});
     let _ = std::fs::remove_dir_all(&carried);

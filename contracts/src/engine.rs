@@ -221,6 +221,19 @@ impl StepShape {
         self.requests.push(request);
     }
 
+    /// Add `requests` requests decoding one token each (each sampling it) over contexts of
+    /// `context_tokens` in all, known only by their totals: an engine that advances its plain
+    /// decoders as a cohort does not list them in `requests`.
+    pub fn push_decodes(&mut self, requests: u32, context_tokens: u64) {
+        let t = &mut self.totals;
+        t.requests += requests;
+        t.new_tokens += u64::from(requests);
+        t.sampled_tokens += requests;
+        t.decode_requests += requests;
+        t.decode_context_tokens += context_tokens;
+        self.padded_tokens = t.new_tokens;
+    }
+
     /// Decode-only when every request decodes one token; mixed otherwise.
     pub fn mode(&self) -> StepMode {
         if self.totals.prefill_requests == 0 { StepMode::DecodeOnly } else { StepMode::Mixed }

@@ -63,6 +63,7 @@ pub fn run_checked(
         fault: options.fault,
         draw_ahead: false,
         lane_threads: 1,
+        faithful_steps: false,
     };
     // Every call record, kept in memory in file order (no file is written).
     let mut calls_out = CallsOut::new(CallSelection::All, None, seed, swarm_header(), CallsDigest::Computed)

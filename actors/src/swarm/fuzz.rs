@@ -227,6 +227,7 @@ fn simulate(text: &str, data: &CostData, dir: &Path) -> Result<FuzzOutcome, Fiel
         fault: None,
         draw_ahead: false,
         lane_threads: 1,
+        faithful_steps: false,
     };
     let mut cluster = assemble(&scenario, scenario.seed.unwrap_or(1), data, &options)?;
     match cluster.simulation.run_rounds(blis_kernel::SimTime::MAX, ROUND_BUDGET) {

@@ -240,6 +240,11 @@ impl BlockPool {
         self.blocks[id as usize].ref_count
     }
 
+    /// The key a block is cached under, if it is (tests compare two pools block by block).
+    pub fn cached_key(&self, id: BlockId) -> Option<BlockKey> {
+        self.blocks[id as usize].cached_key()
+    }
+
     /// Take `count` blocks from the head of the free queue (evicting the hashes they carry),
     /// appending them to `into`. The caller has checked that enough are free.
     pub fn get_new_blocks(&mut self, count: u32, into: &mut Vec<BlockId>) {

@@ -450,21 +450,28 @@ impl VllmEngine {
         self.scheduler.check_invariants(violations);
         let limits = self.scheduler.limits();
         for batch in &self.in_flight {
-            let sum: u64 = batch.scheduled.iter().map(|s| u64::from(s.tokens)).sum();
+            let sum: u64 = batch.scheduled.iter().map(|s| u64::from(s.tokens)).sum::<u64>()
+                + u64::from(batch.cohort.requests);
             if sum != u64::from(batch.total) || batch.total > limits.max_num_batched_tokens {
                 violations.push(format!(
                     "I6 a step schedules {sum} tokens (total {}), budget max_num_batched_tokens {}",
                     batch.total, limits.max_num_batched_tokens
                 ));
             }
-            if batch.scheduled.len() > limits.max_num_seqs as usize {
+            if batch.num_scheduled() > limits.max_num_seqs as usize {
                 violations.push(format!(
                     "I6 a step schedules {} requests, more than max_num_seqs {}",
-                    batch.scheduled.len(),
+                    batch.num_scheduled(),
                     limits.max_num_seqs
                 ));
             }
         }
+    }
+
+    /// Advance plain decoders as a cohort (on by default) or walk every running request each
+    /// step, the reference path (see [`Scheduler::set_decode_cohort`]); outputs are the same.
+    pub fn set_decode_cohort(&mut self, on: bool) {
+        self.scheduler.set_decode_cohort(on);
     }
 
     /// Fault injection for checked runs: leak one KV block (see [`Scheduler::leak_kv_block`]).
@@ -485,10 +492,13 @@ impl VllmEngine {
                 samples: s.samples,
             });
         }
+        if output.cohort.requests > 0 {
+            self.shape.push_decodes(output.cohort.requests, output.cohort.context_tokens);
+        }
         // An empty step that preempted nothing left the scheduler as it was: with nothing in
         // flight, every later step would be the same. (An empty step that preempted is normal:
         // a request that preempts itself ends the running pass, and the next step differs.)
-        if self.shape.requests.is_empty()
+        if output.is_empty()
             && output.preempted.is_empty()
             && self.in_flight.is_empty()
             && self.scheduler.has_requests()
@@ -513,7 +523,7 @@ impl VllmEngine {
         }
         self.in_flight.push_back(output);
         self.pad_to_graph();
-        let price = if self.shape.requests.is_empty() {
+        let price = if self.shape.totals.requests == 0 {
             StepPrice::default()
         } else {
             self.environment.price(&self.shape)
@@ -573,10 +583,13 @@ impl VllmEngine {
                 side.start_batch(next, &*self.environment);
             }
         }
-        if self.update.tokens.iter().any(|(_, token)| token.is_some()) || !self.scheduler.has_requests() {
+        if self.update.cohort_tokens > 0
+            || self.update.tokens.iter().any(|(_, token)| token.is_some())
+            || !self.scheduler.has_requests()
+        {
             self.steps_without_token = 0;
             self.preemptions_without_token = 0;
-        } else if !batch.scheduled.is_empty() || !self.transfers_pending() {
+        } else if !batch.is_empty() || !self.transfers_pending() {
             // An empty step counts too unless a transfer is under way: a decode instance whose
             // waiting requests hold the blocks its queue head needs polls forever, as vLLM does.
             self.steps_without_token += 1;

@@ -152,6 +152,13 @@ impl KvCacheManager {
         self.allocate_slots(request, num_new, 0, &[], 0, false, new_blocks)
     }
 
+    /// Blocks `request` (running) takes from the free queue to compute `num_new` more tokens.
+    pub(crate) fn blocks_to_run(&self, request: &Request, num_new: u32) -> usize {
+        let computed = request.num_computed_tokens.min(self.max_model_len);
+        let need = (computed + num_new).min(self.max_model_len);
+        self.blocks_holding(need).saturating_sub(request.blocks.len())
+    }
+
     /// Give `request` slots for `num_new` more tokens after its computed tokens, `hits`
     /// (blocks found by [`KvCacheManager::get_computed_blocks`], `hit_tokens` tokens) and
     /// `external` tokens a connector supplies (fresh blocks, hashed now unless `delay_cache`);

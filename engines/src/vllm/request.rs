@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::block_hash::{BlockHash, BlockKey, extend_hashes, extend_keys, extend_keys_of_halves};
 use super::block_pool::BlockId;
+use super::scheduler::CohortRun;
 
 /// A request handed to an engine: its prompt and the output it will generate.
 ///
@@ -68,6 +69,8 @@ pub(crate) struct Request {
     pub(crate) num_cached_blocks: Option<usize>,
     pub(crate) in_prefill: bool,
     pub(crate) token_times_us: Vec<u64>,
+    /// Its run in the decode cohort, while the fields above do not count all of it.
+    pub(crate) cohort_run: Option<CohortRun>,
 }
 
 impl Request {
@@ -100,6 +103,7 @@ impl Request {
             num_cached_blocks: None,
             in_prefill: true,
             token_times_us: Vec::with_capacity(spec.output_token_ids.len()),
+            cohort_run: None,
         }
     }
 
@@ -161,6 +165,27 @@ impl Request {
             complete
         } else {
             self.num_computed_tokens >= self.num_tokens()
+        }
+    }
+
+    /// Count the next `count` planned output tokens as generated, keying the blocks they fill
+    /// (as `count` calls of [`Request::append_output`]).
+    pub(crate) fn append_outputs(
+        &mut self,
+        count: u32,
+        hash_block_size: Option<usize>,
+        scratch: &mut Vec<u8>,
+    ) {
+        let fills_a_block = hash_block_size.is_some_and(|block_size| {
+            let block_size = block_size as u32;
+            (self.num_tokens + count) / block_size > self.num_tokens / block_size
+        });
+        if fills_a_block {
+            for _ in 0..count {
+                self.append_output(hash_block_size, scratch);
+            }
+        } else {
+            self.num_tokens += count;
         }
     }
 

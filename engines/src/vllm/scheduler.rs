@@ -31,6 +31,7 @@
 //! free their blocks at once, leave the running (or waiting) list, and are reported with the next
 //! schedule. Aborts ([`Scheduler::abort`]) remove and free a request at once.
 
+mod cohort;
 mod invariants;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,6 +43,9 @@ use super::connector::{
 use super::kv_cache_manager::{KvCacheManager, PrefixCacheStats};
 use super::queue::{PriorityKey, WaitingQueue};
 use super::request::{EngineRequest, Request, Status};
+pub(crate) use cohort::CohortRun;
+pub use cohort::CohortStep;
+use cohort::{Cohort, RunLimits};
 
 /// How waiting requests are ordered and running ones chosen for preemption.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,15 +208,31 @@ pub struct SchedulerOutput {
     pub preempted: Vec<u64>,
     /// Keys finished or aborted since the previous schedule, in key order.
     pub finished_prev: Vec<u64>,
-    /// Cascade attention's common prefix, in blocks.
+    /// Cascade attention's common prefix, in blocks; only while the scheduler describes its
+    /// running requests (see [`Scheduler::describe_running_requests`]), as only a comparison
+    /// with vLLM reads it.
     pub common_prefix_blocks: u32,
     /// The block ids the admissions' spans point into.
     pub blocks: Vec<BlockId>,
     /// The connector's metadata for this step (its loads and stores), with a connector.
     pub connector_meta: Option<ConnectorMeta>,
+    /// The step's number (from 1), so its outputs are applied in order.
+    pub batch: u64,
+    /// Decoding requests advanced as a cohort, not listed in `scheduled`.
+    pub cohort: CohortStep,
 }
 
 impl SchedulerOutput {
+    /// Whether no request got a token.
+    pub fn is_empty(&self) -> bool {
+        self.scheduled.is_empty() && self.cohort.requests == 0
+    }
+
+    /// Requests that got tokens, listed or in the cohort.
+    pub fn num_scheduled(&self) -> usize {
+        self.scheduled.len() + self.cohort.requests as usize
+    }
+
     /// The block ids of `span`.
     pub fn block_ids(&self, span: BlockSpan) -> &[BlockId] {
         &self.blocks[span.start as usize..(span.start + span.len) as usize]
@@ -240,6 +260,8 @@ pub struct UpdateOutput {
     pub kv_events: KvEvents,
     /// The connector's KV events, published after the GPU ones.
     pub connector_events: Vec<ConnectorEvent>,
+    /// Tokens sampled for the batch's cohort (not listed in `tokens`).
+    pub cohort_tokens: u32,
 }
 
 /// vLLM's `SchedulerStats`, as attached to every update.
@@ -317,6 +339,8 @@ pub struct Scheduler {
     describe_running: bool,
     /// The time of the latest update, µs (when a NIXL hold taken at a finish expires from).
     clock_us: u64,
+    /// Decoding requests advanced without being walked, and the batch numbers.
+    cohort: Cohort,
 }
 
 /// Write a running request's part of a step (`n` tokens after `computed`, the blocks taken in
@@ -344,6 +368,24 @@ fn describe_running(
     }
     out.scheduled.push(Scheduled { handle, key, tokens: n, context: computed, samples: false });
     out.scheduled.len() - 1
+}
+
+/// The tokens a running request gets this step with `budget` left: what it lacks of its tokens
+/// and placeholders, cut to the long-prefill threshold, the budget and `max_model_len`; `None`
+/// when it gets none (asynchronously, also when its in-flight token is certain to be its last).
+#[inline]
+fn running_tokens(request: &Request, limits: &SchedulerLimits, budget: u32) -> Option<u32> {
+    let placeholders = request.num_output_placeholders;
+    let computed = request.num_computed_tokens;
+    if placeholders > 0 && computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens {
+        return None;
+    }
+    let mut n = request.num_tokens() + placeholders - computed;
+    if limits.long_prefill_token_threshold > 0 && limits.long_prefill_token_threshold < n {
+        n = limits.long_prefill_token_threshold;
+    }
+    n = n.min(budget).min(limits.max_model_len.saturating_sub(1).saturating_sub(computed));
+    (n > 0).then_some(n)
 }
 
 impl Scheduler {
@@ -393,6 +435,7 @@ impl Scheduler {
             record_events: false,
             describe_running: true,
             clock_us: 0,
+            cohort: Cohort::new(),
         }
     }
 
@@ -401,6 +444,26 @@ impl Scheduler {
     /// after a preemption is always listed). On by default; an engine turns it off.
     pub fn describe_running_requests(&mut self, on: bool) {
         self.describe_running = on;
+    }
+
+    /// Advance decoding requests with nothing due as a cohort (on by default; the scheduler
+    /// does so only under FCFS and asynchronous scheduling, without a connector, a long-prefill
+    /// threshold or running-request descriptions), or walk every running request each step,
+    /// the reference path the cohort is tested against.
+    pub fn set_decode_cohort(&mut self, on: bool) {
+        self.cohort.enabled = on;
+    }
+
+    /// Whether steps may advance decoding requests as a cohort (see
+    /// [`Scheduler::set_decode_cohort`]).
+    fn cohort_in_scope(&self) -> bool {
+        let limits = &self.limits;
+        self.cohort.enabled
+            && self.connector.is_none()
+            && limits.policy == Policy::Fcfs
+            && limits.async_scheduling
+            && limits.long_prefill_token_threshold == 0
+            && !self.describe_running
     }
 
     /// The KV connector, if any.
@@ -584,29 +647,24 @@ impl Scheduler {
         // the step is written and advanced as the walk passes it, in the same order.
         let advance_in_walk = self.connector.is_none() && limits.policy == Policy::Fcfs;
 
-        // 1. Running requests, in order.
+        // 1. Running requests, in order: with a cohort, those not in it; otherwise all.
+        let batch = self.cohort.scheduled + 1;
+        let with_cohort = self.cohort_in_scope() && self.cohort_walk_fits(batch, budget);
+        if with_cohort {
+            budget = self.walk_beside_cohort(out, batch, budget);
+        } else {
+            self.cohort.disband(&self.running, &mut self.slots);
+        }
         let mut index = 0;
-        while index < self.running.len() && budget > 0 {
+        while !with_cohort && index < self.running.len() && budget > 0 {
             let handle = self.running[index];
+            self.settle(handle);
             let request = self.get(handle);
-            let placeholders = request.num_output_placeholders;
-            if placeholders > 0
-                && request.num_computed_tokens + 2 - placeholders
-                    >= request.num_prompt_tokens + request.max_tokens
-            {
-                index += 1;
-                continue;
-            }
             let computed = request.num_computed_tokens;
-            let mut n = request.num_tokens() + placeholders - computed;
-            if limits.long_prefill_token_threshold > 0 && limits.long_prefill_token_threshold < n {
-                n = limits.long_prefill_token_threshold;
-            }
-            n = n.min(budget).min(limits.max_model_len.saturating_sub(1).saturating_sub(computed));
-            if n == 0 {
+            let Some(n) = running_tokens(request, &limits, budget) else {
                 index += 1;
                 continue;
-            }
+            };
             let start = out.blocks.len() as u32;
             let allocated = loop {
                 let kv = &mut self.kv;
@@ -654,6 +712,9 @@ impl Scheduler {
             budget -= n;
             index += 1;
         }
+        out.batch = batch;
+        out.cohort = self.cohort.count_step(batch);
+        budget -= out.cohort.requests;
 
         // 2. Waiting requests, only if nobody was preempted.
         let mut admitted = std::mem::take(&mut self.admitted);
@@ -665,6 +726,7 @@ impl Scheduler {
                 break;
             }
             let Some(handle) = self.waiting.peek() else { break };
+            self.settle(handle);
             if self.get(handle).status == Status::WaitingForRemoteKvs {
                 if self.update_waiting_for_remote_kv(handle) {
                     let request = self.get_mut(handle);
@@ -836,9 +898,11 @@ impl Scheduler {
         }
         self.running_entries = running_entries;
         self.admitted = admitted;
-        out.total = out.scheduled.iter().map(|s| s.tokens).sum();
-        out.common_prefix_blocks =
-            self.running.first().map_or(0, |&h| self.kv.common_prefix_blocks(self.get(h)));
+        out.total = out.scheduled.iter().map(|s| s.tokens).sum::<u32>() + out.cohort.requests;
+        out.common_prefix_blocks = match self.running.first() {
+            Some(&first) if self.describe_running => self.kv.common_prefix_blocks(self.get(first)),
+            _ => 0,
+        };
         std::mem::swap(&mut out.finished_prev, &mut self.finished_ids);
         out.finished_prev.sort_unstable();
 
@@ -854,8 +918,80 @@ impl Scheduler {
             };
             entry.samples = request.advance(entry.tokens, asynchronous);
         }
-        if !out.scheduled.is_empty() {
+        if !out.is_empty() {
             self.counters.steps += 1;
+        }
+    }
+
+    /// Whether a step can keep its cohort: every running request not in it gets all the tokens
+    /// it asks for, so neither the budget nor the free blocks make running order decide who
+    /// gets what. Members whose run ended with the batch before leave the cohort first.
+    fn cohort_walk_fits(&mut self, batch: u64, budget: u32) -> bool {
+        let limits = self.limits;
+        let (mut tokens, mut blocks) = (0u64, 0usize);
+        for index in 0..self.running.len() {
+            let handle = self.running[index];
+            let through = self.cohort.run_through(handle.slot);
+            if through >= batch {
+                tokens += 1;
+                continue;
+            }
+            let request = match &mut self.slots[handle.slot as usize].1 {
+                Some(r) => r,
+                None => unreachable!("running requests exist"),
+            };
+            if through != 0 {
+                self.cohort.leave(handle.slot, request);
+            }
+            self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+            if let Some(n) = running_tokens(request, &limits, u32::MAX) {
+                tokens += u64::from(n);
+                blocks += self.kv.blocks_to_run(request, n);
+            }
+        }
+        tokens <= u64::from(budget) && blocks <= self.kv.pool().num_free() as usize
+    }
+
+    /// Walk the running requests not in the cohort, in order, as the faithful walk does (none
+    /// is cut short or preempted: [`Scheduler::cohort_walk_fits`] said so); those left with
+    /// nothing due for a while join the cohort from the next batch. Returns the budget left.
+    fn walk_beside_cohort(&mut self, out: &mut SchedulerOutput, batch: u64, mut budget: u32) -> u32 {
+        let limits = self.limits;
+        let run_limits = RunLimits {
+            block_size: self.kv.block_size(),
+            caching: self.kv.pool().caching(),
+            max_model_len: limits.max_model_len,
+        };
+        for index in 0..self.running.len() {
+            let handle = self.running[index];
+            if self.cohort.run_through(handle.slot) >= batch {
+                continue;
+            }
+            let request = match &mut self.slots[handle.slot as usize].1 {
+                Some(r) => r,
+                None => unreachable!("running requests exist"),
+            };
+            let computed = request.num_computed_tokens;
+            let Some(n) = running_tokens(request, &limits, budget) else { continue };
+            let start = out.blocks.len() as u32;
+            let allocated = self.kv.allocate_running(request, n, &mut out.blocks);
+            assert!(allocated, "a step beside the cohort found its blocks free");
+            let span = BlockSpan { start, len: out.blocks.len() as u32 - start };
+            let at = describe_running(out, self.describe_running, request, handle, n, computed, span);
+            let samples = request.advance(n, true);
+            out.scheduled[at].samples = samples;
+            budget -= n;
+            if samples && n == 1 {
+                self.cohort.try_join(handle.slot, request, batch, run_limits);
+            }
+        }
+        budget
+    }
+
+    /// Bring `handle`'s fields up to date with its cohort run, if it has one.
+    fn settle(&mut self, handle: RequestHandle) {
+        if let Some(request) = self.slots[handle.slot as usize].1.as_mut() {
+            self.cohort.settle(request, self.key_block_size, &mut self.scratch);
         }
     }
 
@@ -1028,6 +1164,11 @@ impl Scheduler {
             Some(r) => r,
             None => unreachable!("running requests exist"),
         };
+        self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+        if request.cohort_run.is_some() {
+            // Its run's last batches are in flight; their tokens still come.
+            self.cohort.add_straggler(handle);
+        }
         kv.free(request);
         request.status = Status::Preempted;
         request.num_computed_tokens = 0;
@@ -1056,6 +1197,7 @@ impl Scheduler {
         out: &mut UpdateOutput,
     ) {
         self.clock_us = now_us;
+        out.cohort_tokens = self.cohort.complete(batch.batch, now_us, batch.cohort);
         out.tokens.clear();
         out.finished.clear();
         out.kv_events.clear();
@@ -1086,6 +1228,7 @@ impl Scheduler {
                     continue;
                 }
             };
+            self.cohort.settle(request, hash_block_size, scratch);
             let status_before = request.status;
             out.tokens.push((request.spec.key, Some(request.next_output())));
             request.append_output(hash_block_size, scratch);
@@ -1118,6 +1261,7 @@ impl Scheduler {
             }
         }
         self.stopped = stopped;
+        self.settle_stragglers();
         if let (Some(o), Some(connector)) = (connector_output, &mut self.connector) {
             connector.update_connector_output(o);
             self.finished_recving.extend(o.finished_recving.iter().copied());
@@ -1136,6 +1280,22 @@ impl Scheduler {
             prefix_cache: self.kv.take_stats(),
             connector_prefix_cache: std::mem::take(&mut self.connector_stats),
         };
+    }
+
+    /// Settle the preempted requests whose runs had batches in flight, forgetting those done.
+    fn settle_stragglers(&mut self) {
+        let mut stragglers = self.cohort.take_stragglers();
+        if stragglers.is_empty() {
+            return;
+        }
+        stragglers.retain(|handle| match &mut self.slots[handle.slot as usize] {
+            (generation, Some(request)) if *generation == handle.generation => {
+                self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+                request.cohort_run.is_some()
+            }
+            _ => false,
+        });
+        self.cohort.keep_stragglers(stragglers);
     }
 
     /// A held request's transfers are done: free its blocks and forget it.
@@ -1217,6 +1377,16 @@ impl Scheduler {
         let status = self.get(handle).status;
         if status == Status::Finished {
             return None;
+        }
+        {
+            let request = match &mut self.slots[handle.slot as usize].1 {
+                Some(r) => r,
+                None => unreachable!("held requests exist"),
+            };
+            self.cohort.cut(handle.slot, request);
+            self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+            self.cohort.drop_in_flight(request);
+            request.cohort_run = None;
         }
         if status == Status::Running {
             if let Some(i) = self.running.iter().position(|&h| h == handle) {

@@ -182,6 +182,7 @@ impl Base {
             fault: None,
             draw_ahead: false,
             lane_threads: 1,
+            faithful_steps: false,
         };
         match assemble(&scenario, self.seed, data, &options) {
             Ok(_) => Ok(None),

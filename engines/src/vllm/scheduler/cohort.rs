@@ -1,0 +1,304 @@
+//! The decode cohort: running requests that decode one token a step with nothing else happening
+//! to them, advanced by counting instead of one by one (issue 13's O(change) step).
+//!
+//! Under FCFS with asynchronous scheduling, a running request past its prompt gets one token a
+//! step: each schedule adds one computed token and one output placeholder, each update adds one
+//! token and spends a placeholder. Nothing else happens to it until it needs a new block, fills
+//! a block (its key is made and the block cached), reaches its last token, or is preempted.
+//! When a step leaves a request one token from such a point no sooner than a known batch, it
+//! *joins* the cohort for the batches up to then — its *run*: those batches count it (the step's
+//! totals add its one token and its context) without reading it, and its fields are brought up
+//! to date (*settled*) when something next reads it: the schedule after its run (where it is
+//! walked as before), an update of a batch that lists it, a preemption or an abort. Token times
+//! come from a log of batch end times.
+//!
+//! The walk is the faithful one for everything not in the cohort, in running order; a step where
+//! the budget or the free blocks could bind (so that order decides who gets what) first
+//! disbands the cohort and walks every request. Outputs are identical to stepping every request
+//! (`engines/tests/vllm_cohort.rs` runs both).
+
+use std::collections::BTreeMap;
+
+use super::RequestHandle;
+use crate::vllm::request::Request;
+
+/// Most batches in one run; a run never reaches back further than the log holds.
+const LONGEST_RUN: u64 = 64;
+
+/// Batch end times kept, a power of two above a run plus the batches in flight.
+const LOG_BATCHES: usize = 256;
+
+/// A request's run in the cohort: the batches that count it without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CohortRun {
+    /// Its first batch.
+    first: u64,
+    /// Its last batch.
+    last: u64,
+    /// The request's computed tokens when `first` was scheduled.
+    computed_at_first: u32,
+    /// The first batch of the run whose schedule its fields do not count yet.
+    unscheduled: u64,
+    /// The first batch of the run whose update its fields do not count yet.
+    unupdated: u64,
+}
+
+impl CohortRun {
+    /// The request's computed tokens when `batch` (in the run, or the batch before it) was
+    /// scheduled: the context the step priced for it.
+    fn context_at(&self, batch: u64) -> u64 {
+        u64::from(self.computed_at_first) + batch - self.first
+    }
+}
+
+/// The cohort's part of a scheduled step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CohortStep {
+    /// Requests it advanced by one token each (each samples one).
+    pub requests: u32,
+    /// Their computed tokens before the step.
+    pub context_tokens: u64,
+}
+
+/// The limits a run is planned within.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunLimits {
+    /// Tokens per block.
+    pub(crate) block_size: u32,
+    /// Whether full blocks are keyed and cached.
+    pub(crate) caching: bool,
+    /// The instance's longest prompt plus output.
+    pub(crate) max_model_len: u32,
+}
+
+/// The cohort of one scheduler, and the batch counts it is kept against.
+#[derive(Clone, Debug)]
+pub(crate) struct Cohort {
+    /// Whether requests may join (the engine's choice; the scheduler adds its scope).
+    pub(crate) enabled: bool,
+    /// By request slot: the last batch of its run, 0 when it has none under way.
+    run_through: Vec<u64>,
+    /// Members counted in the latest scheduled batch.
+    members: u32,
+    /// Their computed tokens when the latest batch was scheduled.
+    context_tokens: u64,
+    /// Requests joining from the batch after the one being scheduled, and their computed tokens
+    /// before the batch being scheduled advanced them.
+    joining: u32,
+    joining_context_tokens: u64,
+    /// Batch end times, µs, by batch id modulo [`LOG_BATCHES`].
+    end_times: Vec<u64>,
+    /// Preempted requests whose run has batches still in flight, settled as those complete.
+    stragglers: Vec<RequestHandle>,
+    /// Tokens that in-flight batches counted for members aborted since, by batch.
+    dropped: BTreeMap<u64, u32>,
+    /// The latest batch scheduled (batches are numbered from 1).
+    pub(crate) scheduled: u64,
+    /// The latest batch whose outputs were applied.
+    pub(crate) updated: u64,
+}
+
+impl Cohort {
+    /// An empty cohort, enabled.
+    pub(crate) fn new() -> Cohort {
+        Cohort {
+            enabled: true,
+            run_through: Vec::new(),
+            members: 0,
+            context_tokens: 0,
+            joining: 0,
+            joining_context_tokens: 0,
+            end_times: vec![0; LOG_BATCHES],
+            stragglers: Vec::new(),
+            dropped: BTreeMap::new(),
+            scheduled: 0,
+            updated: 0,
+        }
+    }
+
+    /// The last batch of the run of the request in `slot`, 0 if none is under way.
+    #[inline]
+    pub(crate) fn run_through(&self, slot: u32) -> u64 {
+        self.run_through.get(slot as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether any run is under way.
+    pub(crate) fn has_members(&self) -> bool {
+        self.members > 0 || self.joining > 0
+    }
+
+    /// `request` (in `slot`) leaves the cohort as the batch after its run is scheduled: the
+    /// cohort stops counting it.
+    pub(crate) fn leave(&mut self, slot: u32, request: &Request) {
+        let through = self.run_through[slot as usize];
+        let run = request.cohort_run.as_ref().expect("a member has a run");
+        self.members -= 1;
+        self.context_tokens -= run.context_at(through);
+        self.run_through[slot as usize] = 0;
+    }
+
+    /// `request` (in `slot`) leaves the cohort between steps (an abort, or a step that walks
+    /// every request): its run is cut after the latest scheduled batch.
+    pub(crate) fn cut(&mut self, slot: u32, request: &mut Request) {
+        if self.run_through(slot) == 0 {
+            return;
+        }
+        let run = request.cohort_run.as_mut().expect("a member has a run");
+        self.members -= 1;
+        self.context_tokens -= run.context_at(self.scheduled);
+        run.last = run.last.min(self.scheduled);
+        self.run_through[slot as usize] = 0;
+    }
+
+    /// Batch `batch` has been walked: its members' contexts advance by the token each got in the
+    /// batch before, and those that joined in the walk are counted from the next; returns the
+    /// cohort's part of this batch.
+    pub(crate) fn count_step(&mut self, batch: u64) -> CohortStep {
+        debug_assert_eq!(batch, self.scheduled + 1, "batches are scheduled in order");
+        self.scheduled = batch;
+        self.context_tokens += u64::from(self.members);
+        let step = CohortStep { requests: self.members, context_tokens: self.context_tokens };
+        self.members += std::mem::take(&mut self.joining);
+        self.context_tokens += std::mem::take(&mut self.joining_context_tokens);
+        step
+    }
+
+    /// Let `request` (in `slot`), just advanced by one token in batch `batch` and sampling, join
+    /// from the next batch, if nothing can happen to it there; returns whether it joined.
+    pub(crate) fn try_join(
+        &mut self,
+        slot: u32,
+        request: &mut Request,
+        batch: u64,
+        limits: RunLimits,
+    ) -> bool {
+        if request.cohort_run.is_some() {
+            return false;
+        }
+        let prompt_and_output = request.num_prompt_tokens + request.max_tokens;
+        if prompt_and_output >= limits.max_model_len {
+            return false;
+        }
+        let computed = request.num_computed_tokens;
+        let placeholders = request.num_output_placeholders;
+        // Its tokens once the batches in flight (all listing it) have completed.
+        let tokens_landed = request.num_tokens() + placeholders;
+        debug_assert_eq!(computed + 1, tokens_landed, "a decoding request computes its tokens but the last");
+        // The run's updates leave it at most this many tokens: short of its last token, and of
+        // the end of the block after its cached ones (none is keyed or cached in the run; if a
+        // full block is not cached yet, there is no run).
+        let mut last_tokens = prompt_and_output - 1;
+        let block_size = limits.block_size;
+        if limits.caching {
+            let cached = request.num_cached_blocks.unwrap_or(0) as u32;
+            last_tokens = last_tokens.min((cached + 1) * block_size - 1);
+        }
+        if last_tokens <= tokens_landed {
+            return false;
+        }
+        // Its schedules need no new block.
+        let capacity = request.blocks.len() as u32 * block_size;
+        if computed >= capacity {
+            return false;
+        }
+        let length = u64::from((last_tokens - tokens_landed).min(capacity - computed)).min(LONGEST_RUN);
+        let first = batch + 1;
+        let run = CohortRun {
+            first,
+            last: first + length - 1,
+            computed_at_first: computed,
+            unscheduled: first,
+            unupdated: first,
+        };
+        if self.run_through.len() <= slot as usize {
+            self.run_through.resize(slot as usize + 1, 0);
+        }
+        self.run_through[slot as usize] = run.last;
+        self.joining += 1;
+        self.joining_context_tokens += run.context_at(batch);
+        request.cohort_run = Some(run);
+        true
+    }
+
+    /// Count in `request`'s fields the batches of its run scheduled and completed so far: its
+    /// computed tokens and placeholders, its tokens (keyed as they are made) and their times.
+    pub(crate) fn settle(
+        &self,
+        request: &mut Request,
+        hash_block_size: Option<usize>,
+        scratch: &mut Vec<u8>,
+    ) {
+        let Some(mut run) = request.cohort_run else { return };
+        let scheduled_through = run.last.min(self.scheduled);
+        if scheduled_through >= run.unscheduled {
+            let batches = (scheduled_through + 1 - run.unscheduled) as u32;
+            request.num_computed_tokens += batches;
+            request.num_output_placeholders += batches;
+            run.unscheduled = scheduled_through + 1;
+        }
+        let updated_through = run.last.min(self.updated);
+        if updated_through >= run.unupdated {
+            debug_assert!(self.updated - run.unupdated < LOG_BATCHES as u64, "a run outlived the log");
+            let (from, to) = (run.unupdated as usize % LOG_BATCHES, updated_through as usize % LOG_BATCHES);
+            if from <= to {
+                request.token_times_us.extend_from_slice(&self.end_times[from..=to]);
+            } else {
+                request.token_times_us.extend_from_slice(&self.end_times[from..]);
+                request.token_times_us.extend_from_slice(&self.end_times[..=to]);
+            }
+            let batches = (updated_through + 1 - run.unupdated) as u32;
+            request.append_outputs(batches, hash_block_size, scratch);
+            request.num_output_placeholders -= batches;
+            run.unupdated = updated_through + 1;
+        }
+        request.cohort_run = (run.unupdated <= run.last).then_some(run);
+    }
+
+    /// Stop every run after the latest scheduled batch (a step that walks every request),
+    /// `running` being the running list.
+    pub(crate) fn disband(&mut self, running: &[RequestHandle], slots: &mut [(u32, Option<Request>)]) {
+        if !self.has_members() {
+            return;
+        }
+        for handle in running {
+            if let Some(request) = slots[handle.slot as usize].1.as_mut() {
+                self.cut(handle.slot, request);
+            }
+        }
+        debug_assert_eq!((self.members, self.context_tokens), (0, 0), "every member runs");
+    }
+
+    /// Batch `batch` completed at `end_us`: log its end time; returns the tokens its cohort part
+    /// sampled (less those of members aborted meanwhile).
+    pub(crate) fn complete(&mut self, batch: u64, end_us: u64, step: CohortStep) -> u32 {
+        debug_assert_eq!(batch, self.updated + 1, "batches complete in order");
+        self.updated = batch;
+        self.end_times[batch as usize % LOG_BATCHES] = end_us;
+        step.requests - self.dropped.remove(&batch).unwrap_or(0)
+    }
+
+    /// `request`, aborted with its run's batches from `unupdated` still in flight, drops their
+    /// tokens.
+    pub(crate) fn drop_in_flight(&mut self, request: &Request) {
+        if let Some(run) = &request.cohort_run {
+            for batch in run.unupdated..=run.last {
+                *self.dropped.entry(batch).or_default() += 1;
+            }
+        }
+    }
+
+    /// Keep `handle` (preempted, its run's last batches in flight) until they complete.
+    pub(crate) fn add_straggler(&mut self, handle: RequestHandle) {
+        self.stragglers.push(handle);
+    }
+
+    /// The stragglers, taken to be settled (given back with [`Cohort::keep_stragglers`]).
+    pub(crate) fn take_stragglers(&mut self) -> Vec<RequestHandle> {
+        std::mem::take(&mut self.stragglers)
+    }
+
+    /// Put back the stragglers still waiting for batches.
+    pub(crate) fn keep_stragglers(&mut self, stragglers: Vec<RequestHandle>) {
+        self.stragglers = stragglers;
+    }
+}
