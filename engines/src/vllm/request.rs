@@ -71,6 +71,9 @@ pub(crate) struct Request {
     pub(crate) token_times_us: Vec<u64>,
     /// Its run in the decode cohort, while the fields above do not count all of it.
     pub(crate) cohort_run: Option<CohortRun>,
+    /// Its place in the running list: a number given as it is appended, so lists of running
+    /// requests can be kept in running order.
+    pub(crate) running_seq: u64,
 }
 
 impl Request {
@@ -104,6 +107,7 @@ impl Request {
             in_prefill: true,
             token_times_us: Vec::with_capacity(spec.output_token_ids.len()),
             cohort_run: None,
+            running_seq: 0,
         }
     }
 

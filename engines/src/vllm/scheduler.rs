@@ -341,6 +341,12 @@ pub struct Scheduler {
     clock_us: u64,
     /// Decoding requests advanced without being walked, and the batch numbers.
     cohort: Cohort,
+    /// The running requests not in the cohort, in running order (with their places in it),
+    /// while `walked_valid`: after a step with a cohort.
+    walked: Vec<(u64, RequestHandle)>,
+    walked_valid: bool,
+    /// The place the next request appended to the running list gets.
+    next_running_seq: u64,
 }
 
 /// Write a running request's part of a step (`n` tokens after `computed`, the blocks taken in
@@ -436,6 +442,9 @@ impl Scheduler {
             describe_running: true,
             clock_us: 0,
             cohort: Cohort::new(),
+            walked: Vec::new(),
+            walked_valid: false,
+            next_running_seq: 0,
         }
     }
 
@@ -654,6 +663,7 @@ impl Scheduler {
             budget = self.walk_beside_cohort(out, batch, budget);
         } else {
             self.cohort.disband(&self.running, &mut self.slots);
+            self.walked_valid = false;
         }
         let mut index = 0;
         while !with_cohort && index < self.running.len() && budget > 0 {
@@ -845,7 +855,13 @@ impl Scheduler {
                 }
             }
             self.running.push(handle);
+            let seq = self.next_running_seq;
+            self.next_running_seq += 1;
+            if with_cohort {
+                self.walked.push((seq, handle));
+            }
             let request = self.get_mut(handle);
+            request.running_seq = seq;
             let resumed = request.status == Status::Preempted;
             request.status = Status::Running;
             request.num_computed_tokens = num_computed;
@@ -925,24 +941,40 @@ impl Scheduler {
 
     /// Whether a step can keep its cohort: every running request not in it gets all the tokens
     /// it asks for, so neither the budget nor the free blocks make running order decide who
-    /// gets what. Members whose run ended with the batch before leave the cohort first.
+    /// gets what. Members whose run ended with the batch before leave the cohort first, back
+    /// among the walked requests in running order.
     fn cohort_walk_fits(&mut self, batch: u64, budget: u32) -> bool {
-        let limits = self.limits;
-        let (mut tokens, mut blocks) = (0u64, 0usize);
-        for index in 0..self.running.len() {
-            let handle = self.running[index];
-            let through = self.cohort.run_through(handle.slot);
-            if through >= batch {
-                tokens += 1;
+        if !self.walked_valid {
+            // The step before walked every request; none is in the cohort.
+            debug_assert!(!self.cohort.has_members(), "a walk of every request disbands the cohort");
+            self.walked.clear();
+            for &handle in &self.running {
+                self.walked.push((self.get(handle).running_seq, handle));
+            }
+            self.walked_valid = true;
+        }
+        let leaving = self.cohort.take_leaving(batch);
+        for &(seq, handle) in &leaving {
+            let request = match &mut self.slots[handle.slot as usize] {
+                (generation, Some(r)) if *generation == handle.generation => r,
+                _ => continue,
+            };
+            if self.cohort.run_through(handle.slot) + 1 != batch || request.running_seq != seq {
+                // Its run was cut (an abort, or a step that walked every request).
                 continue;
             }
+            self.cohort.leave(handle.slot, request);
+            let at = self.walked.partition_point(|&(walked_seq, _)| walked_seq < seq);
+            self.walked.insert(at, (seq, handle));
+        }
+        self.cohort.give_back_leaving(batch, leaving);
+        let limits = self.limits;
+        let (mut tokens, mut blocks) = (u64::from(self.cohort.members()), 0usize);
+        for &(_, handle) in &self.walked {
             let request = match &mut self.slots[handle.slot as usize].1 {
                 Some(r) => r,
                 None => unreachable!("running requests exist"),
             };
-            if through != 0 {
-                self.cohort.leave(handle.slot, request);
-            }
             self.cohort.settle(request, self.key_block_size, &mut self.scratch);
             if let Some(n) = running_tokens(request, &limits, u32::MAX) {
                 tokens += u64::from(n);
@@ -962,29 +994,32 @@ impl Scheduler {
             caching: self.kv.pool().caching(),
             max_model_len: limits.max_model_len,
         };
-        for index in 0..self.running.len() {
-            let handle = self.running[index];
-            if self.cohort.run_through(handle.slot) >= batch {
-                continue;
-            }
+        let mut kept = 0;
+        for index in 0..self.walked.len() {
+            let (seq, handle) = self.walked[index];
             let request = match &mut self.slots[handle.slot as usize].1 {
                 Some(r) => r,
                 None => unreachable!("running requests exist"),
             };
             let computed = request.num_computed_tokens;
-            let Some(n) = running_tokens(request, &limits, budget) else { continue };
-            let start = out.blocks.len() as u32;
-            let allocated = self.kv.allocate_running(request, n, &mut out.blocks);
-            assert!(allocated, "a step beside the cohort found its blocks free");
-            let span = BlockSpan { start, len: out.blocks.len() as u32 - start };
-            let at = describe_running(out, self.describe_running, request, handle, n, computed, span);
-            let samples = request.advance(n, true);
-            out.scheduled[at].samples = samples;
-            budget -= n;
-            if samples && n == 1 {
-                self.cohort.try_join(handle.slot, request, batch, run_limits);
+            let mut joined = false;
+            if let Some(n) = running_tokens(request, &limits, budget) {
+                let start = out.blocks.len() as u32;
+                let allocated = self.kv.allocate_running(request, n, &mut out.blocks);
+                assert!(allocated, "a step beside the cohort found its blocks free");
+                let span = BlockSpan { start, len: out.blocks.len() as u32 - start };
+                let at = describe_running(out, self.describe_running, request, handle, n, computed, span);
+                let samples = request.advance(n, true);
+                out.scheduled[at].samples = samples;
+                budget -= n;
+                joined = samples && n == 1 && self.cohort.try_join(handle, request, batch, run_limits);
+            }
+            if !joined {
+                self.walked[kept] = (seq, handle);
+                kept += 1;
             }
         }
+        self.walked.truncate(kept);
         budget
     }
 
@@ -1252,7 +1287,12 @@ impl Scheduler {
             }
         }
         if !stopped.is_empty() {
-            self.running.retain(|h| !stopped.iter().any(|(s, status)| s == h && *status == Status::Running));
+            let ran =
+                |h: &RequestHandle| stopped.iter().any(|(s, status)| s == h && *status == Status::Running);
+            self.running.retain(|h| !ran(h));
+            if self.walked_valid {
+                self.walked.retain(|(_, h)| !ran(h));
+            }
             for (handle, status) in &stopped {
                 if *status != Status::Running {
                     // A preempted request finished by a token that was already in flight.
@@ -1391,6 +1431,9 @@ impl Scheduler {
         if status == Status::Running {
             if let Some(i) = self.running.iter().position(|&h| h == handle) {
                 self.running.remove(i);
+            }
+            if self.walked_valid {
+                self.walked.retain(|&(_, h)| h != handle);
             }
         } else {
             let priority_key = self.priority_key(handle);

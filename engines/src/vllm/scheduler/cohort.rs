@@ -28,6 +28,9 @@ const LONGEST_RUN: u64 = 64;
 /// Batch end times kept, a power of two above a run plus the batches in flight.
 const LOG_BATCHES: usize = 256;
 
+/// Lists of members by the batch they leave at, a power of two above a run.
+const LEAVING_LISTS: usize = 128;
+
 /// A request's run in the cohort: the batches that count it without reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CohortRun {
@@ -88,6 +91,9 @@ pub(crate) struct Cohort {
     joining_context_tokens: u64,
     /// Batch end times, µs, by batch id modulo [`LOG_BATCHES`].
     end_times: Vec<u64>,
+    /// By batch modulo [`LEAVING_LISTS`]: the members whose run ends the batch before, with
+    /// their places in the running list (an entry whose run was cut since is stale).
+    leaving: Vec<Vec<(u64, RequestHandle)>>,
     /// Preempted requests whose run has batches still in flight, settled as those complete.
     stragglers: Vec<RequestHandle>,
     /// Tokens that in-flight batches counted for members aborted since, by batch.
@@ -109,6 +115,7 @@ impl Cohort {
             joining: 0,
             joining_context_tokens: 0,
             end_times: vec![0; LOG_BATCHES],
+            leaving: vec![Vec::new(); LEAVING_LISTS],
             stragglers: Vec::new(),
             dropped: BTreeMap::new(),
             scheduled: 0,
@@ -125,6 +132,23 @@ impl Cohort {
     /// Whether any run is under way.
     pub(crate) fn has_members(&self) -> bool {
         self.members > 0 || self.joining > 0
+    }
+
+    /// Members counted in the latest scheduled batch, or (while a batch is walked) those in it.
+    pub(crate) fn members(&self) -> u32 {
+        self.members
+    }
+
+    /// The members whose run ended with the batch before `batch` (and stale entries), each with
+    /// its place in the running list; give the list back with [`Cohort::give_back_leaving`].
+    pub(crate) fn take_leaving(&mut self, batch: u64) -> Vec<(u64, RequestHandle)> {
+        std::mem::take(&mut self.leaving[batch as usize % LEAVING_LISTS])
+    }
+
+    /// Return the (emptied) list [`Cohort::take_leaving`] gave, keeping its allocation.
+    pub(crate) fn give_back_leaving(&mut self, batch: u64, mut list: Vec<(u64, RequestHandle)>) {
+        list.clear();
+        self.leaving[batch as usize % LEAVING_LISTS] = list;
     }
 
     /// `request` (in `slot`) leaves the cohort as the batch after its run is scheduled: the
@@ -163,15 +187,16 @@ impl Cohort {
         step
     }
 
-    /// Let `request` (in `slot`), just advanced by one token in batch `batch` and sampling, join
+    /// Let `request` (`handle`), just advanced by one token in batch `batch` and sampling, join
     /// from the next batch, if nothing can happen to it there; returns whether it joined.
     pub(crate) fn try_join(
         &mut self,
-        slot: u32,
+        handle: RequestHandle,
         request: &mut Request,
         batch: u64,
         limits: RunLimits,
     ) -> bool {
+        let slot = handle.slot;
         if request.cohort_run.is_some() {
             return false;
         }
@@ -214,6 +239,7 @@ impl Cohort {
             self.run_through.resize(slot as usize + 1, 0);
         }
         self.run_through[slot as usize] = run.last;
+        self.leaving[(run.last + 1) as usize % LEAVING_LISTS].push((request.running_seq, handle));
         self.joining += 1;
         self.joining_context_tokens += run.context_at(batch);
         request.cohort_run = Some(run);
@@ -264,6 +290,9 @@ impl Cohort {
             if let Some(request) = slots[handle.slot as usize].1.as_mut() {
                 self.cut(handle.slot, request);
             }
+        }
+        for list in &mut self.leaving {
+            list.clear();
         }
         debug_assert_eq!((self.members, self.context_tokens), (0, 0), "every member runs");
     }
