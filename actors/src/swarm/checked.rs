@@ -19,7 +19,8 @@ use crate::run::RunError;
 pub struct CheckOptions {
     /// A fault to inject, to show a check catches it.
     pub fault: Option<Fault>,
-    /// Whether to rerun unchecked (on the task host for every fourth seed) and compare (I10).
+    /// Whether to rerun unchecked (on the task host for every fourth seed, walking every vLLM
+    /// request every step for every odd one) and compare (I10).
     pub determinism: bool,
 }
 
@@ -114,7 +115,9 @@ pub fn run_checked(
     end_checks(scenario, &run, &calls, &report, &mut checked.violations);
     if options.determinism && checked.violations.is_empty() {
         let host = if seed.is_multiple_of(4) { HostKind::Tasks } else { HostKind::Inline };
-        let again = AssemblyOptions { host, ..assembly };
+        let faithful_steps = !seed.is_multiple_of(2);
+        let again = AssemblyOptions { host, faithful_steps, ..assembly };
+        let path = if faithful_steps { "walking every vLLM request" } else { "with the decode cohort" };
         let mut rerun_calls =
             CallsOut::new(CallSelection::None, None, seed, swarm_header(), CallsDigest::Computed)
                 .expect("no file to open");
@@ -135,10 +138,10 @@ pub fn run_checked(
                 if rerun.fates == run.fates && rerun_digest.is_some() && rerun_digest == calls_digest => {}
             Ok(_) => checked
                 .violations
-                .push(format!("I10 an unchecked rerun on the {host:?} host gave other outputs")),
+                .push(format!("I10 an unchecked rerun on the {host:?} host {path} gave other outputs")),
             Err(error) => checked
                 .violations
-                .push(format!("I10 an unchecked rerun on the {host:?} host failed: {error}")),
+                .push(format!("I10 an unchecked rerun on the {host:?} host {path} failed: {error}")),
         }
     }
     Ok(checked)

@@ -120,10 +120,12 @@ pub const INVARIANTS: &[Invariant] = &[
     Invariant {
         id: "I10",
         name: "determinism",
-        rule: "The same scenario and seed give byte-identical outputs: checked or not, on the inline or the task host, with any thread count.",
-        check: "`swarm::checked::run_checked` reruns every seed unchecked (every fourth on the task host) and compares the digest of fates and calls",
+        rule: "The same scenario and seed give byte-identical outputs: checked or not, on the inline or the task host, with any thread count, with vLLM's decoders advanced as a cohort or walked one by one.",
+        check: "`swarm::checked::run_checked` reruns every seed unchecked (every fourth on the task host, every odd one walking every vLLM request every step) and compares the digest of fates and calls",
         tests: &[
             "actors/tests/swarm.rs::the_short_swarm_finds_no_violation",
+            "actors/tests/gate.rs::every_gate_scenario_gives_its_golden_bytes_walking_every_request",
+            "engines/tests/vllm_cohort.rs::a_cohort_decides_as_the_faithful_walk_does",
             "actors/tests/statistics.rs::replications_are_identical_whatever_the_thread_count_and_give_intervals",
             "actors/tests/gate.rs::every_gate_scenario_replays_without_divergence",
             "actors/tests/routing.rs::llm_d_routing_is_byte_identical_across_hosts_and_thread_counts",
