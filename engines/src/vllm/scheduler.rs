@@ -963,7 +963,7 @@ impl Scheduler {
                 // Its run was cut (an abort, or a step that walked every request).
                 continue;
             }
-            self.cohort.leave(handle.slot, request);
+            self.cohort.leave(handle, request);
             let at = self.walked.partition_point(|&(walked_seq, _)| walked_seq < seq);
             self.walked.insert(at, (seq, handle));
         }
@@ -1199,11 +1199,9 @@ impl Scheduler {
             Some(r) => r,
             None => unreachable!("running requests exist"),
         };
+        // Its run's last batches may be in flight; their tokens still come (it is among the
+        // cohort's departed until they have).
         self.cohort.settle(request, self.key_block_size, &mut self.scratch);
-        if request.cohort_run.is_some() {
-            // Its run's last batches are in flight; their tokens still come.
-            self.cohort.add_straggler(handle);
-        }
         kv.free(request);
         request.status = Status::Preempted;
         request.num_computed_tokens = 0;
@@ -1301,7 +1299,7 @@ impl Scheduler {
             }
         }
         self.stopped = stopped;
-        self.settle_stragglers();
+        self.settle_departed();
         if let (Some(o), Some(connector)) = (connector_output, &mut self.connector) {
             connector.update_connector_output(o);
             self.finished_recving.extend(o.finished_recving.iter().copied());
@@ -1322,20 +1320,24 @@ impl Scheduler {
         };
     }
 
-    /// Settle the preempted requests whose runs had batches in flight, forgetting those done.
-    fn settle_stragglers(&mut self) {
-        let mut stragglers = self.cohort.take_stragglers();
-        if stragglers.is_empty() {
+    /// Settle the requests that left the cohort with their run not yet settled, forgetting
+    /// those whose run is.
+    fn settle_departed(&mut self) {
+        let mut departed = self.cohort.take_departed();
+        if departed.is_empty() {
             return;
         }
-        stragglers.retain(|handle| match &mut self.slots[handle.slot as usize] {
-            (generation, Some(request)) if *generation == handle.generation => {
+        departed.retain(|handle| match &mut self.slots[handle.slot as usize] {
+            // A request in the cohort again is settled when it next leaves it.
+            (generation, Some(request))
+                if *generation == handle.generation && self.cohort.run_through(handle.slot) == 0 =>
+            {
                 self.cohort.settle(request, self.key_block_size, &mut self.scratch);
                 request.cohort_run.is_some()
             }
             _ => false,
         });
-        self.cohort.keep_stragglers(stragglers);
+        self.cohort.keep_departed(departed);
     }
 
     /// A held request's transfers are done: free its blocks and forget it.
@@ -1423,7 +1425,7 @@ impl Scheduler {
                 Some(r) => r,
                 None => unreachable!("held requests exist"),
             };
-            self.cohort.cut(handle.slot, request);
+            self.cohort.cut(handle, request);
             self.cohort.settle(request, self.key_block_size, &mut self.scratch);
             self.cohort.drop_in_flight(request);
             request.cohort_run = None;

@@ -94,8 +94,10 @@ pub(crate) struct Cohort {
     /// By batch modulo [`LEAVING_LISTS`]: the members whose run ends the batch before, with
     /// their places in the running list (an entry whose run was cut since is stale).
     leaving: Vec<Vec<(u64, RequestHandle)>>,
-    /// Preempted requests whose run has batches still in flight, settled as those complete.
-    stragglers: Vec<RequestHandle>,
+    /// Requests that left the cohort before their fields counted their whole run, settled at
+    /// every update until they do, so that none waits for a walk that may not reach it (a step
+    /// whose budget runs out first) while the end-time log wraps.
+    departed: Vec<RequestHandle>,
     /// Tokens that in-flight batches counted for members aborted since, by batch.
     dropped: BTreeMap<u64, u32>,
     /// The latest batch scheduled (batches are numbered from 1).
@@ -116,7 +118,7 @@ impl Cohort {
             joining_context_tokens: 0,
             end_times: vec![0; LOG_BATCHES],
             leaving: vec![Vec::new(); LEAVING_LISTS],
-            stragglers: Vec::new(),
+            departed: Vec::new(),
             dropped: BTreeMap::new(),
             scheduled: 0,
             updated: 0,
@@ -151,19 +153,22 @@ impl Cohort {
         self.leaving[batch as usize % LEAVING_LISTS] = list;
     }
 
-    /// `request` (in `slot`) leaves the cohort as the batch after its run is scheduled: the
+    /// `request` (`handle`) leaves the cohort as the batch after its run is scheduled: the
     /// cohort stops counting it.
-    pub(crate) fn leave(&mut self, slot: u32, request: &Request) {
+    pub(crate) fn leave(&mut self, handle: RequestHandle, request: &Request) {
+        let slot = handle.slot;
         let through = self.run_through[slot as usize];
         let run = request.cohort_run.as_ref().expect("a member has a run");
         self.members -= 1;
         self.context_tokens -= run.context_at(through);
         self.run_through[slot as usize] = 0;
+        self.departed.push(handle);
     }
 
-    /// `request` (in `slot`) leaves the cohort between steps (an abort, or a step that walks
+    /// `request` (`handle`) leaves the cohort between steps (an abort, or a step that walks
     /// every request): its run is cut after the latest scheduled batch.
-    pub(crate) fn cut(&mut self, slot: u32, request: &mut Request) {
+    pub(crate) fn cut(&mut self, handle: RequestHandle, request: &mut Request) {
+        let slot = handle.slot;
         if self.run_through(slot) == 0 {
             return;
         }
@@ -172,6 +177,7 @@ impl Cohort {
         self.context_tokens -= run.context_at(self.scheduled);
         run.last = run.last.min(self.scheduled);
         self.run_through[slot as usize] = 0;
+        self.departed.push(handle);
     }
 
     /// Batch `batch` has been walked: its members' contexts advance by the token each got in the
@@ -288,7 +294,7 @@ impl Cohort {
         }
         for handle in running {
             if let Some(request) = slots[handle.slot as usize].1.as_mut() {
-                self.cut(handle.slot, request);
+                self.cut(*handle, request);
             }
         }
         for list in &mut self.leaving {
@@ -316,18 +322,14 @@ impl Cohort {
         }
     }
 
-    /// Keep `handle` (preempted, its run's last batches in flight) until they complete.
-    pub(crate) fn add_straggler(&mut self, handle: RequestHandle) {
-        self.stragglers.push(handle);
+    /// The requests that left with their run not yet settled, taken to be settled (given back
+    /// with [`Cohort::keep_departed`]).
+    pub(crate) fn take_departed(&mut self) -> Vec<RequestHandle> {
+        std::mem::take(&mut self.departed)
     }
 
-    /// The stragglers, taken to be settled (given back with [`Cohort::keep_stragglers`]).
-    pub(crate) fn take_stragglers(&mut self) -> Vec<RequestHandle> {
-        std::mem::take(&mut self.stragglers)
-    }
-
-    /// Put back the stragglers still waiting for batches.
-    pub(crate) fn keep_stragglers(&mut self, stragglers: Vec<RequestHandle>) {
-        self.stragglers = stragglers;
+    /// Put back those whose run is still not settled.
+    pub(crate) fn keep_departed(&mut self, departed: Vec<RequestHandle>) {
+        self.departed = departed;
     }
 }
