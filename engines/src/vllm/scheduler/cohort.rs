@@ -5,12 +5,12 @@
 //! step: each schedule adds one computed token and one output placeholder, each update adds one
 //! token and spends a placeholder. Nothing else happens to it until it needs a new block, fills
 //! a block (its key is made and the block cached), reaches its last token, or is preempted.
-//! When a step leaves a request one token from such a point no sooner than a known batch, it
-//! *joins* the cohort for the batches up to then — its *run*: those batches count it (the step's
-//! totals add its one token and its context) without reading it, and its fields are brought up
-//! to date (*settled*) when something next reads it: the schedule after its run (where it is
-//! walked as before), an update of a batch that lists it, a preemption or an abort. Token times
-//! come from a log of batch end times.
+//! When a step leaves a request with nothing due before a known batch, it *joins* the cohort
+//! for the batches up to then — its *run*: those batches count it (the step's totals add its one
+//! token and its context) without reading it. Its fields are brought up to date (*settled*)
+//! whenever something reads it (the schedule after its run, where it is walked as before; an
+//! update of a batch that lists it; a preemption; an abort), and after it leaves, at every update
+//! until its run's last batches have completed. Token times come from a log of batch end times.
 //!
 //! The walk is the faithful one for everything not in the cohort, in running order; a step where
 //! the budget or the free blocks could bind (so that order decides who gets what) first
