@@ -1,10 +1,11 @@
 //! The decode cohort against the faithful walk: two schedulers, one advancing plain decoders as
 //! a cohort and one walking every running request every step, driven in lockstep over random
-//! workloads (shared prefixes, long outputs over small blocks, tight caches that preempt, small
-//! budgets that bind, aborts, KV events) must make the same decisions: every step's totals,
-//! blocks, admissions, preemptions and finished ids; every update's finished records (token
-//! times included), statistics and KV events; the same request events; after every step, the
-//! same free queue and the same key and references on every block.
+//! workloads (shared prefixes, outputs over small blocks and long ones over large blocks, tight
+//! caches that preempt, small budgets that bind, aborts between steps and with batches in
+//! flight, KV events) must make the same decisions: every step's totals, blocks, admissions,
+//! resumptions, preemptions and finished ids; every update's finished records (token times
+//! included), statistics and KV events; the same request events and counters; after every
+//! step, the same running and waiting order, free queue, and key and references on every block.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -24,10 +25,16 @@ struct Case {
     /// Whether each step's outputs are applied before the next is scheduled now and then, as an
     /// engine whose batch ended early does.
     late_updates: bool,
-    /// (arrival step, shared-prefix group, prompt tokens, output tokens, abort step)
-    requests: Vec<(u32, u32, u32, u32, Option<u32>)>,
+    /// (arrival step, shared-prefix group, prompt tokens, output tokens, abort)
+    requests: Vec<(u32, u32, u32, u32, Option<Abort>)>,
 }
 
+/// When a request is aborted: its step, and whether a batch is then in flight (between a
+/// schedule and an update).
+type Abort = (u32, bool);
+
+/// Short cases: outputs of up to 100 tokens over blocks of 1 to 16, a 160-token model length,
+/// other policies and synchronous scheduling now and then.
 fn case() -> impl Strategy<Value = Case> {
     (
         1u32..10,
@@ -42,8 +49,8 @@ fn case() -> impl Strategy<Value = Case> {
                 let max_model_len = 160u32;
                 let budget = if chunked { budget.max(seqs) } else { budget.max(seqs).max(max_model_len) };
                 let num_blocks = 1 + max_model_len.div_ceil(block_size) + spare * 4 / block_size.min(4);
-                let request =
-                    (0u32..80, 0u32..3, 1u32..60, 1u32..100, prop::option::weighted(0.1, 0u32..200));
+                let abort = prop::option::weighted(0.1, (0u32..200, any::<bool>()));
+                let request = (0u32..80, 0u32..3, 1u32..60, 1u32..100, abort);
                 prop::collection::vec(request, 1..24).prop_map(move |requests| Case {
                     limits: SchedulerLimits {
                         max_num_seqs: seqs,
@@ -63,6 +70,50 @@ fn case() -> impl Strategy<Value = Case> {
                     requests: requests
                         .into_iter()
                         .map(|(at, group, p, o, abort)| (at, group, p, o.min(max_model_len - p), abort))
+                        .collect(),
+                })
+            },
+        )
+}
+
+/// Long cases in the cohort's scope: outputs of up to 600 tokens over blocks of up to 128 and
+/// model lengths up to 700, so runs reach their longest and the end-time log wraps.
+fn long_case() -> impl Strategy<Value = Case> {
+    (
+        1u32..12,
+        8u32..400,
+        prop::sample::select(vec![8u32, 16, 32, 64, 128]),
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        0u32..60,
+        prop::sample::select(vec![300u32, 700]),
+    )
+        .prop_flat_map(
+            |(seqs, budget, block_size, (chunked, caching, kv_events, late), spare, max_model_len)| {
+                let budget = if chunked { budget.max(seqs) } else { budget.max(seqs).max(max_model_len) };
+                let num_blocks = 1 + max_model_len.div_ceil(block_size) + spare * 16 / block_size.min(16);
+                let abort = prop::option::weighted(0.15, (0u32..400, any::<bool>()));
+                let request = (0u32..80, 0u32..3, 1u32..200, 1u32..600, abort);
+                prop::collection::vec(request, 1..16).prop_map(move |requests| Case {
+                    limits: SchedulerLimits {
+                        max_num_seqs: seqs,
+                        max_num_batched_tokens: budget,
+                        max_model_len,
+                        enable_chunked_prefill: chunked,
+                        long_prefill_token_threshold: 0,
+                        policy: Policy::Fcfs,
+                        async_scheduling: true,
+                    },
+                    block_size,
+                    num_blocks,
+                    caching,
+                    kv_events,
+                    late_updates: late,
+                    requests: requests
+                        .into_iter()
+                        .map(|(at, group, p, o, abort)| {
+                            let p = p.min(max_model_len - 1);
+                            (at, group, p, o.min(max_model_len - p), abort)
+                        })
                         .collect(),
                 })
             },
@@ -108,109 +159,157 @@ fn sampled(update: &UpdateOutput) -> usize {
     update.tokens.iter().filter(|(_, token)| token.is_some()).count() + update.cohort_tokens as usize
 }
 
+/// Drive both schedulers through `case` in lockstep, comparing every decision.
+fn lockstep(case: &Case) -> Result<(), TestCaseError> {
+    let mut schedulers = [scheduler(case, true), scheduler(case, false)];
+    let mut in_flight: [VecDeque<SchedulerOutput>; 2] = Default::default();
+    let mut updates: [UpdateOutput; 2] = Default::default();
+    let total_tokens: u32 = case.requests.iter().map(|r| r.2 + r.3).sum();
+    let bound = 200 + 4 * total_tokens * (case.requests.len() as u32 + 1);
+    let mut cohort_tokens = 0u64;
+    let mut step = 0u32;
+    loop {
+        for (key, &(at, group, prompt, output, _)) in case.requests.iter().enumerate() {
+            if at == step {
+                let tokens: Vec<u32> =
+                    (0..prompt).map(|t| if t < 24 { 1_000 * group + t } else { 7 + key as u32 }).collect();
+                let request = EngineRequest {
+                    key: key as u64,
+                    name: Arc::from(format!("r{key}")),
+                    priority: 0,
+                    prompt_token_ids: tokens.into(),
+                    output_token_ids: (0..output).map(|t| 50_000 + t).collect(),
+                    arrival_us: u64::from(step),
+                };
+                for s in &mut schedulers {
+                    s.add_request(&request);
+                }
+            }
+        }
+        for (key, r) in case.requests.iter().enumerate() {
+            if r.4 == Some((step, false)) && r.0 <= step {
+                let [a, b] = &mut schedulers;
+                prop_assert_eq!(
+                    a.abort(key as u64),
+                    b.abort(key as u64),
+                    "abort of {} at step {}",
+                    key,
+                    step
+                );
+            }
+        }
+        let all_arrived = case.requests.iter().all(|r| r.0 <= step);
+        if all_arrived && !schedulers[1].has_requests() && in_flight[1].is_empty() {
+            prop_assert!(!schedulers[0].has_requests() && in_flight[0].is_empty());
+            break;
+        }
+        step += 1;
+        prop_assert!(step < bound, "no progress after {} steps", step);
+        let asynchronous = case.limits.async_scheduling;
+        let mut update_now = false;
+        if schedulers[1].has_requests() {
+            prop_assert!(schedulers[0].has_requests());
+            let mut outs: [SchedulerOutput; 2] = Default::default();
+            for (s, out) in schedulers.iter_mut().zip(&mut outs) {
+                s.schedule(out);
+            }
+            let [a, b] = &outs;
+            prop_assert_eq!(step_totals(a), step_totals(b), "step {} totals", step);
+            prop_assert_eq!((a.total, a.is_empty()), (b.total, b.is_empty()), "step {}", step);
+            prop_assert_eq!(&a.blocks, &b.blocks, "step {} blocks", step);
+            prop_assert_eq!(&a.new, &b.new, "step {} admissions", step);
+            prop_assert_eq!(&a.cached, &b.cached, "step {} resumptions", step);
+            prop_assert_eq!(&a.preempted, &b.preempted, "step {} preemptions", step);
+            prop_assert_eq!(&a.finished_prev, &b.finished_prev, "step {} finished", step);
+            cohort_tokens += u64::from(a.cohort.requests);
+            prop_assert_eq!(b.cohort.requests, 0, "the faithful walk lists every request");
+            let total = a.total;
+            let late = case.late_updates && step.is_multiple_of(3);
+            for (queue, out) in in_flight.iter_mut().zip(outs) {
+                queue.push_back(out);
+            }
+            update_now = !(asynchronous && total > 0 && in_flight[1].len() < 2) || late;
+        } else if asynchronous {
+            update_now = true;
+        }
+        for (key, r) in case.requests.iter().enumerate() {
+            if r.4 == Some((step, true)) && r.0 <= step {
+                let [a, b] = &mut schedulers;
+                prop_assert_eq!(
+                    a.abort(key as u64),
+                    b.abort(key as u64),
+                    "abort of {} in flight at step {}",
+                    key,
+                    step
+                );
+            }
+        }
+        if update_now && !in_flight[1].is_empty() {
+            for ((s, queue), update) in schedulers.iter_mut().zip(&mut in_flight).zip(&mut updates) {
+                let batch = queue.pop_front().expect("both have the batch");
+                s.update_from_output(&batch, u64::from(step) * 10, update);
+            }
+            let [a, b] = &updates;
+            prop_assert_eq!(&a.finished, &b.finished, "step {} finished records", step);
+            prop_assert_eq!(a.stats, b.stats, "step {} statistics", step);
+            prop_assert_eq!(&a.kv_events, &b.kv_events, "step {} KV events", step);
+            prop_assert_eq!(sampled(a), sampled(b), "step {} tokens sampled", step);
+        }
+        let [a, b] = &mut schedulers;
+        prop_assert_eq!(a.events(), b.events(), "step {} request events", step);
+        prop_assert_eq!(a.counters(), b.counters(), "step {} counters", step);
+        prop_assert_eq!(a.waiting_keys().collect::<Vec<_>>(), b.waiting_keys().collect::<Vec<_>>());
+        let (pool_a, pool_b) = (a.kv().pool(), b.kv().pool());
+        prop_assert_eq!(pool_a.free_queue(), pool_b.free_queue(), "step {} free queue", step);
+        for block in 0..pool_a.num_blocks() {
+            prop_assert_eq!(
+                pool_a.cached_key(block),
+                pool_b.cached_key(block),
+                "step {} block {}",
+                step,
+                block
+            );
+            prop_assert_eq!(
+                pool_a.ref_count(block),
+                pool_b.ref_count(block),
+                "step {} block {}",
+                step,
+                block
+            );
+        }
+        prop_assert_eq!(a.running_keys().collect::<Vec<_>>(), b.running_keys().collect::<Vec<_>>());
+        let mut violations = Vec::new();
+        a.check_invariants(&mut violations);
+        prop_assert!(violations.is_empty(), "{:?}", violations);
+        a.clear_events();
+        b.clear_events();
+    }
+    // Outside its scope the cohort carries nothing (that it carries most decode tokens in
+    // scope is the_cohort_carries_most_decode_tokens_of_a_plain_workload's to show).
+    let in_scope = case.limits.policy == Policy::Fcfs
+        && case.limits.async_scheduling
+        && case.limits.long_prefill_token_threshold == 0;
+    if !in_scope {
+        prop_assert_eq!(cohort_tokens, 0);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
     fn a_cohort_decides_as_the_faithful_walk_does(case in case()) {
-        let mut schedulers = [scheduler(&case, true), scheduler(&case, false)];
-        let mut in_flight: [VecDeque<SchedulerOutput>; 2] = Default::default();
-        let mut updates: [UpdateOutput; 2] = Default::default();
-        let total_tokens: u32 = case.requests.iter().map(|r| r.2 + r.3).sum();
-        let bound = 200 + 4 * total_tokens * (case.requests.len() as u32 + 1);
-        let mut cohort_tokens = 0u64;
-        let mut step = 0u32;
-        loop {
-            for (key, &(at, group, prompt, output, _)) in case.requests.iter().enumerate() {
-                if at == step {
-                    let tokens: Vec<u32> =
-                        (0..prompt).map(|t| if t < 24 { 1_000 * group + t } else { 7 + key as u32 }).collect();
-                    let request = EngineRequest {
-                        key: key as u64,
-                        name: Arc::from(format!("r{key}")),
-                        priority: 0,
-                        prompt_token_ids: tokens.into(),
-                        output_token_ids: (0..output).map(|t| 50_000 + t).collect(),
-                        arrival_us: u64::from(step),
-                    };
-                    for s in &mut schedulers {
-                        s.add_request(&request);
-                    }
-                }
-            }
-            for (key, r) in case.requests.iter().enumerate() {
-                if r.4 == Some(step) && r.0 <= step {
-                    let [a, b] = &mut schedulers;
-                    prop_assert_eq!(a.abort(key as u64), b.abort(key as u64), "abort of {} at step {}", key, step);
-                }
-            }
-            let all_arrived = case.requests.iter().all(|r| r.0 <= step);
-            if all_arrived && !schedulers[1].has_requests() && in_flight[1].is_empty() {
-                prop_assert!(!schedulers[0].has_requests() && in_flight[0].is_empty());
-                break;
-            }
-            step += 1;
-            prop_assert!(step < bound, "no progress after {} steps", step);
-            let asynchronous = case.limits.async_scheduling;
-            let mut update_now = false;
-            if schedulers[1].has_requests() {
-                prop_assert!(schedulers[0].has_requests());
-                let mut outs: [SchedulerOutput; 2] = Default::default();
-                for (s, out) in schedulers.iter_mut().zip(&mut outs) {
-                    s.schedule(out);
-                }
-                let [a, b] = &outs;
-                prop_assert_eq!(step_totals(a), step_totals(b), "step {} totals", step);
-                prop_assert_eq!((a.total, a.is_empty()), (b.total, b.is_empty()), "step {}", step);
-                prop_assert_eq!(&a.blocks, &b.blocks, "step {} blocks", step);
-                prop_assert_eq!(&a.new, &b.new, "step {} admissions", step);
-                prop_assert_eq!(&a.preempted, &b.preempted, "step {} preemptions", step);
-                prop_assert_eq!(&a.finished_prev, &b.finished_prev, "step {} finished", step);
-                cohort_tokens += u64::from(a.cohort.requests);
-                prop_assert_eq!(b.cohort.requests, 0, "the faithful walk lists every request");
-                let total = a.total;
-                let late = case.late_updates && step.is_multiple_of(3);
-                for (queue, out) in in_flight.iter_mut().zip(outs) {
-                    queue.push_back(out);
-                }
-                update_now = !(asynchronous && total > 0 && in_flight[1].len() < 2) || late;
-            } else if asynchronous {
-                update_now = true;
-            }
-            if update_now && !in_flight[1].is_empty() {
-                for ((s, queue), update) in schedulers.iter_mut().zip(&mut in_flight).zip(&mut updates) {
-                    let batch = queue.pop_front().expect("both have the batch");
-                    s.update_from_output(&batch, u64::from(step) * 10, update);
-                }
-                let [a, b] = &updates;
-                prop_assert_eq!(&a.finished, &b.finished, "step {} finished records", step);
-                prop_assert_eq!(a.stats, b.stats, "step {} statistics", step);
-                prop_assert_eq!(&a.kv_events, &b.kv_events, "step {} KV events", step);
-                prop_assert_eq!(sampled(a), sampled(b), "step {} tokens sampled", step);
-            }
-            let [a, b] = &mut schedulers;
-            prop_assert_eq!(a.events(), b.events(), "step {} request events", step);
-            let (pool_a, pool_b) = (a.kv().pool(), b.kv().pool());
-            prop_assert_eq!(pool_a.free_queue(), pool_b.free_queue(), "step {} free queue", step);
-            for block in 0..pool_a.num_blocks() {
-                prop_assert_eq!(pool_a.cached_key(block), pool_b.cached_key(block), "step {} block {}", step, block);
-                prop_assert_eq!(pool_a.ref_count(block), pool_b.ref_count(block), "step {} block {}", step, block);
-            }
-            prop_assert_eq!(a.running_keys().collect::<Vec<_>>(), b.running_keys().collect::<Vec<_>>());
-            let mut violations = Vec::new();
-            a.check_invariants(&mut violations);
-            prop_assert!(violations.is_empty(), "{:?}", violations);
-            a.clear_events();
-            b.clear_events();
-        }
-        // The cohort must have carried tokens in the cases it is meant for, or the test shows
-        // nothing about it.
-        let in_scope = case.limits.policy == Policy::Fcfs
-            && case.limits.async_scheduling
-            && case.limits.long_prefill_token_threshold == 0;
-        if !in_scope {
-            prop_assert_eq!(cohort_tokens, 0);
-        }
+        lockstep(&case)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn long_runs_decide_as_the_faithful_walk_does(case in long_case()) {
+        lockstep(&case)?;
     }
 }
 

@@ -458,7 +458,9 @@ impl Scheduler {
     /// Advance decoding requests with nothing due as a cohort (on by default; the scheduler
     /// does so only under FCFS and asynchronous scheduling, without a connector, a long-prefill
     /// threshold or running-request descriptions), or walk every running request each step,
-    /// the reference path the cohort is tested against.
+    /// the reference path the cohort is tested against. The cohort assumes, as vLLM's engine
+    /// core runs, that at most one batch is in flight when a step is scheduled, so a preempted
+    /// request's last in-flight token has landed before it can be taken back in.
     pub fn set_decode_cohort(&mut self, on: bool) {
         self.cohort.enabled = on;
     }
@@ -737,6 +739,10 @@ impl Scheduler {
             }
             let Some(handle) = self.waiting.peek() else { break };
             self.settle(handle);
+            debug_assert!(
+                self.get(handle).cohort_run.is_none(),
+                "a request is taken back in once its run's batches have completed"
+            );
             if self.get(handle).status == Status::WaitingForRemoteKvs {
                 if self.update_waiting_for_remote_kv(handle) {
                     let request = self.get_mut(handle);
