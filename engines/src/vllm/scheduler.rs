@@ -30,6 +30,10 @@
 //! (if it still exists), which finishes at `max_tokens` or `max_model_len`; finished requests
 //! free their blocks at once, leave the running (or waiting) list, and are reported with the next
 //! schedule. Aborts ([`Scheduler::abort`]) remove and free a request at once.
+//!
+//! Under FCFS with asynchronous scheduling, running requests that decode with nothing due are
+//! advanced as a *cohort* without being read step by step (`cohort.rs`), making the same
+//! decisions; [`Scheduler::set_decode_cohort`] turns it off for the reference walk.
 
 mod cohort;
 mod invariants;
