@@ -33,75 +33,58 @@ struct Case {
 /// schedule and an update).
 type Abort = (u32, bool);
 
-/// Short cases: outputs of up to 100 tokens over blocks of 1 to 16, a 160-token model length,
-/// other policies and synchronous scheduling now and then.
-fn case() -> impl Strategy<Value = Case> {
+/// A family of cases.
+struct Family {
+    block_sizes: Vec<u32>,
+    max_model_lens: Vec<u32>,
+    /// Most prompt and output tokens of a request (both below the model length).
+    prompt: u32,
+    output: u32,
+    /// Most requests, and the last step an abort may come at.
+    requests: usize,
+    abort_steps: u32,
+    /// Spare blocks per unit of the strategy's 0..60 beyond one longest request (in blocks of at
+    /// most this many tokens): small enough to make the cache preempt.
+    spare_tokens: u32,
+    /// Whether other policies, synchronous scheduling and a long-prefill threshold (all outside
+    /// the cohort's scope) come now and then.
+    outside_scope: bool,
+}
+
+fn cases(family: Family) -> impl Strategy<Value = Case> {
     (
-        1u32..10,
-        (8u32..200, 0u32..3),
-        prop::sample::select(vec![1u32, 2, 4, 8, 16]),
+        (1u32..12, 8u32..400, 0u32..3),
+        prop::sample::select(family.block_sizes),
+        prop::sample::select(family.max_model_lens),
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
-        0u32..40,
+        0u32..60,
         prop::sample::select(vec![0u32, 0, 0, 0, 4]),
     )
         .prop_flat_map(
-            |(seqs, (budget, policy), block_size, (chunked, caching, kv_events, late), spare, threshold)| {
-                let max_model_len = 160u32;
+            move |(
+                (seqs, budget, policy),
+                block_size,
+                max_model_len,
+                (chunked, caching, kv_events, late),
+                spare,
+                threshold,
+            )| {
+                let (policy, threshold) = if family.outside_scope { (policy, threshold) } else { (0, 0) };
                 let budget = if chunked { budget.max(seqs) } else { budget.max(seqs).max(max_model_len) };
-                let num_blocks = 1 + max_model_len.div_ceil(block_size) + spare * 4 / block_size.min(4);
-                let abort = prop::option::weighted(0.1, (0u32..200, any::<bool>()));
-                let request = (0u32..80, 0u32..3, 1u32..60, 1u32..100, abort);
-                prop::collection::vec(request, 1..24).prop_map(move |requests| Case {
+                let num_blocks = 1
+                    + max_model_len.div_ceil(block_size)
+                    + spare * family.spare_tokens / block_size.min(family.spare_tokens);
+                let abort = prop::option::weighted(0.12, (0..family.abort_steps, any::<bool>()));
+                let request = (0u32..80, 0u32..3, 1..family.prompt, 1..family.output, abort);
+                prop::collection::vec(request, 1..family.requests).prop_map(move |requests| Case {
                     limits: SchedulerLimits {
                         max_num_seqs: seqs,
                         max_num_batched_tokens: budget,
                         max_model_len,
                         enable_chunked_prefill: chunked,
                         long_prefill_token_threshold: threshold,
-                        // Mostly the cohort's scope (FCFS, asynchronous); now and then outside it.
                         policy: if policy == 2 { Policy::Priority } else { Policy::Fcfs },
                         async_scheduling: policy != 1 || !caching,
-                    },
-                    block_size,
-                    num_blocks,
-                    caching,
-                    kv_events,
-                    late_updates: late,
-                    requests: requests
-                        .into_iter()
-                        .map(|(at, group, p, o, abort)| (at, group, p, o.min(max_model_len - p), abort))
-                        .collect(),
-                })
-            },
-        )
-}
-
-/// Long cases in the cohort's scope: outputs of up to 600 tokens over blocks of up to 128 and
-/// model lengths up to 700, so runs reach their longest and the end-time log wraps.
-fn long_case() -> impl Strategy<Value = Case> {
-    (
-        1u32..12,
-        8u32..400,
-        prop::sample::select(vec![8u32, 16, 32, 64, 128]),
-        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
-        0u32..60,
-        prop::sample::select(vec![300u32, 700]),
-    )
-        .prop_flat_map(
-            |(seqs, budget, block_size, (chunked, caching, kv_events, late), spare, max_model_len)| {
-                let budget = if chunked { budget.max(seqs) } else { budget.max(seqs).max(max_model_len) };
-                let num_blocks = 1 + max_model_len.div_ceil(block_size) + spare * 16 / block_size.min(16);
-                let abort = prop::option::weighted(0.15, (0u32..400, any::<bool>()));
-                let request = (0u32..80, 0u32..3, 1u32..200, 1u32..600, abort);
-                prop::collection::vec(request, 1..16).prop_map(move |requests| Case {
-                    limits: SchedulerLimits {
-                        max_num_seqs: seqs,
-                        max_num_batched_tokens: budget,
-                        max_model_len,
-                        enable_chunked_prefill: chunked,
-                        long_prefill_token_threshold: 0,
-                        policy: Policy::Fcfs,
-                        async_scheduling: true,
                     },
                     block_size,
                     num_blocks,
@@ -118,6 +101,36 @@ fn long_case() -> impl Strategy<Value = Case> {
                 })
             },
         )
+}
+
+/// Short cases: outputs of up to 100 tokens over blocks of 1 to 16, a 160-token model length,
+/// other policies and synchronous scheduling now and then.
+fn short_case() -> impl Strategy<Value = Case> {
+    cases(Family {
+        block_sizes: vec![1, 2, 4, 8, 16],
+        max_model_lens: vec![160],
+        prompt: 60,
+        output: 100,
+        requests: 24,
+        abort_steps: 200,
+        spare_tokens: 4,
+        outside_scope: true,
+    })
+}
+
+/// Long cases in the cohort's scope: outputs of up to 600 tokens over blocks of up to 128 and
+/// model lengths up to 700, so runs reach their longest and the end-time log wraps.
+fn long_case() -> impl Strategy<Value = Case> {
+    cases(Family {
+        block_sizes: vec![8, 16, 32, 64, 128],
+        max_model_lens: vec![300, 700],
+        prompt: 200,
+        output: 600,
+        requests: 16,
+        abort_steps: 400,
+        spare_tokens: 16,
+        outside_scope: false,
+    })
 }
 
 fn scheduler(case: &Case, cohort: bool) -> Scheduler {
@@ -159,6 +172,23 @@ fn sampled(update: &UpdateOutput) -> usize {
     update.tokens.iter().filter(|(_, token)| token.is_some()).count() + update.cohort_tokens as usize
 }
 
+/// Abort in both schedulers the requests of `case` due at `step` (with a batch in flight or
+/// not), comparing the records.
+fn abort_due(
+    schedulers: &mut [Scheduler; 2],
+    case: &Case,
+    step: u32,
+    in_flight: bool,
+) -> Result<(), TestCaseError> {
+    for (key, r) in case.requests.iter().enumerate() {
+        if r.4 == Some((step, in_flight)) && r.0 <= step {
+            let [a, b] = schedulers;
+            prop_assert_eq!(a.abort(key as u64), b.abort(key as u64), "abort of {} at step {}", key, step);
+        }
+    }
+    Ok(())
+}
+
 /// Drive both schedulers through `case` in lockstep, comparing every decision.
 fn lockstep(case: &Case) -> Result<(), TestCaseError> {
     let mut schedulers = [scheduler(case, true), scheduler(case, false)];
@@ -186,18 +216,7 @@ fn lockstep(case: &Case) -> Result<(), TestCaseError> {
                 }
             }
         }
-        for (key, r) in case.requests.iter().enumerate() {
-            if r.4 == Some((step, false)) && r.0 <= step {
-                let [a, b] = &mut schedulers;
-                prop_assert_eq!(
-                    a.abort(key as u64),
-                    b.abort(key as u64),
-                    "abort of {} at step {}",
-                    key,
-                    step
-                );
-            }
-        }
+        abort_due(&mut schedulers, case, step, false)?;
         let all_arrived = case.requests.iter().all(|r| r.0 <= step);
         if all_arrived && !schedulers[1].has_requests() && in_flight[1].is_empty() {
             prop_assert!(!schedulers[0].has_requests() && in_flight[0].is_empty());
@@ -232,18 +251,7 @@ fn lockstep(case: &Case) -> Result<(), TestCaseError> {
         } else if asynchronous {
             update_now = true;
         }
-        for (key, r) in case.requests.iter().enumerate() {
-            if r.4 == Some((step, true)) && r.0 <= step {
-                let [a, b] = &mut schedulers;
-                prop_assert_eq!(
-                    a.abort(key as u64),
-                    b.abort(key as u64),
-                    "abort of {} in flight at step {}",
-                    key,
-                    step
-                );
-            }
-        }
+        abort_due(&mut schedulers, case, step, true)?;
         if update_now && !in_flight[1].is_empty() {
             for ((s, queue), update) in schedulers.iter_mut().zip(&mut in_flight).zip(&mut updates) {
                 let batch = queue.pop_front().expect("both have the batch");
@@ -299,7 +307,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
-    fn a_cohort_decides_as_the_faithful_walk_does(case in case()) {
+    fn a_cohort_decides_as_the_faithful_walk_does(case in short_case()) {
         lockstep(&case)?;
     }
 }
