@@ -179,7 +179,8 @@ pub struct StepTotals {
 /// One step of one instance, as the cost model prices it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepShape {
-    /// Per request, in the order the engine scheduled them.
+    /// Per request, in the order the engine scheduled them; decoding requests an engine
+    /// advances as a cohort are in `totals` only (see [`StepShape::push_decodes`]).
     pub requests: Vec<StepRequest>,
     /// Totals over `requests`.
     pub totals: StepTotals,
@@ -291,5 +292,21 @@ mod tests {
         assert_eq!(t.prefill_attention_pairs_x2, 72);
         step.clear();
         assert_eq!(step.totals, StepTotals::default());
+    }
+
+    #[test]
+    fn decodes_given_by_their_totals_count_as_the_same_decodes_listed() {
+        let contexts = [100u32, 37, 512];
+        let mut listed = StepShape::default();
+        listed.push(StepRequest { new_tokens: 5, context_tokens: 0, samples: true });
+        let mut totals_only = listed.clone();
+        for context_tokens in contexts {
+            listed.push(StepRequest { new_tokens: 1, context_tokens, samples: true });
+        }
+        totals_only.push_decodes(3, contexts.iter().map(|&c| u64::from(c)).sum());
+        assert_eq!(totals_only.totals, listed.totals);
+        assert_eq!(totals_only.padded_tokens, listed.padded_tokens);
+        assert_eq!(totals_only.mode(), StepMode::Mixed);
+        assert_eq!(totals_only.requests.len(), 1);
     }
 }
