@@ -46,14 +46,14 @@ struct Family {
     /// Spare blocks per unit of the strategy's 0..60 beyond one longest request (in blocks of at
     /// most this many tokens): small enough to make the cache preempt.
     spare_tokens: u32,
-    /// Whether other policies, synchronous scheduling and a long-prefill threshold (all outside
-    /// the cohort's scope) come now and then.
+    /// Whether the priority policy and a long-prefill threshold (both outside the cohort's
+    /// scope) come now and then.
     outside_scope: bool,
 }
 
 fn cases(family: Family) -> impl Strategy<Value = Case> {
     (
-        (1u32..12, 8u32..400, 0u32..3),
+        (1u32..12, 8u32..400, 0u32..3, any::<bool>()),
         prop::sample::select(family.block_sizes),
         prop::sample::select(family.max_model_lens),
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
@@ -62,7 +62,7 @@ fn cases(family: Family) -> impl Strategy<Value = Case> {
     )
         .prop_flat_map(
             move |(
-                (seqs, budget, policy),
+                (seqs, budget, policy, asynchronous),
                 block_size,
                 max_model_len,
                 (chunked, caching, kv_events, late),
@@ -84,7 +84,7 @@ fn cases(family: Family) -> impl Strategy<Value = Case> {
                         enable_chunked_prefill: chunked,
                         long_prefill_token_threshold: threshold,
                         policy: if policy == 2 { Policy::Priority } else { Policy::Fcfs },
-                        async_scheduling: policy != 1 || !caching,
+                        async_scheduling: asynchronous,
                     },
                     block_size,
                     num_blocks,
@@ -104,7 +104,7 @@ fn cases(family: Family) -> impl Strategy<Value = Case> {
 }
 
 /// Short cases: outputs of up to 100 tokens over blocks of 1 to 16, a 160-token model length,
-/// other policies and synchronous scheduling now and then.
+/// the priority policy and a long-prefill threshold now and then.
 fn short_case() -> impl Strategy<Value = Case> {
     cases(Family {
         block_sizes: vec![1, 2, 4, 8, 16],
@@ -196,6 +196,7 @@ fn lockstep(case: &Case) -> Result<(), TestCaseError> {
     let mut updates: [UpdateOutput; 2] = Default::default();
     let total_tokens: u32 = case.requests.iter().map(|r| r.2 + r.3).sum();
     let bound = 200 + 4 * total_tokens * (case.requests.len() as u32 + 1);
+    let mut steps_without_token = 0u32;
     let mut cohort_tokens = 0u64;
     let mut step = 0u32;
     loop {
@@ -262,6 +263,12 @@ fn lockstep(case: &Case) -> Result<(), TestCaseError> {
             prop_assert_eq!(a.stats, b.stats, "step {} statistics", step);
             prop_assert_eq!(&a.kv_events, &b.kv_events, "step {} KV events", step);
             prop_assert_eq!(sampled(a), sampled(b), "step {} tokens sampled", step);
+            steps_without_token = if sampled(a) > 0 { 0 } else { steps_without_token + 1 };
+        }
+        // vLLM 0.15.1's priority policy lets requests of equal priority and arrival preempt
+        // each other forever (vllm_properties.rs); both schedulers did the same up to here.
+        if case.limits.policy == Policy::Priority && steps_without_token > 16 * case.limits.max_model_len {
+            return Ok(());
         }
         let [a, b] = &mut schedulers;
         prop_assert_eq!(a.events(), b.events(), "step {} request events", step);
@@ -294,9 +301,7 @@ fn lockstep(case: &Case) -> Result<(), TestCaseError> {
     }
     // Outside its scope the cohort carries nothing (that it carries most decode tokens in
     // scope is the_cohort_carries_most_decode_tokens_of_a_plain_workload's to show).
-    let in_scope = case.limits.policy == Policy::Fcfs
-        && case.limits.async_scheduling
-        && case.limits.long_prefill_token_threshold == 0;
+    let in_scope = case.limits.policy == Policy::Fcfs && case.limits.long_prefill_token_threshold == 0;
     if !in_scope {
         prop_assert_eq!(cohort_tokens, 0);
     }
@@ -321,55 +326,62 @@ proptest! {
     }
 }
 
-/// A workload the cohort carries most of: long outputs, a roomy cache, FCFS asynchronous.
+/// A workload the cohort carries most of: long outputs, a roomy cache, FCFS, scheduled
+/// asynchronously and not.
 #[test]
 fn the_cohort_carries_most_decode_tokens_of_a_plain_workload() {
-    let limits = SchedulerLimits {
-        max_num_seqs: 16,
-        max_num_batched_tokens: 512,
-        max_model_len: 1024,
-        enable_chunked_prefill: true,
-        long_prefill_token_threshold: 0,
-        policy: Policy::Fcfs,
-        async_scheduling: true,
-    };
-    let kv = KvCacheManager::new(1024, 16, limits.max_model_len, true);
-    let mut s = Scheduler::new(limits, kv);
-    s.describe_running_requests(false);
-    for key in 0..16u64 {
-        s.add_request(&EngineRequest {
-            key,
-            name: Arc::from(format!("r{key}")),
-            priority: 0,
-            prompt_token_ids: (0..100).map(|t| t + 1_000 * key as u32).collect(),
-            output_token_ids: (0..300).collect(),
-            arrival_us: 0,
-        });
-    }
-    let (mut listed, mut carried, mut finished) = (0u64, 0u64, 0usize);
-    let mut in_flight: VecDeque<SchedulerOutput> = VecDeque::new();
-    let mut update = UpdateOutput::default();
-    let mut now = 0;
-    while s.has_requests() || !in_flight.is_empty() {
-        if s.has_requests() {
-            let mut out = SchedulerOutput::default();
-            s.schedule(&mut out);
-            listed += out.scheduled.iter().filter(|e| e.tokens == 1).count() as u64;
-            carried += u64::from(out.cohort.requests);
-            in_flight.push_back(out);
+    for asynchronous in [true, false] {
+        let limits = SchedulerLimits {
+            max_num_seqs: 16,
+            max_num_batched_tokens: 512,
+            max_model_len: 1024,
+            enable_chunked_prefill: true,
+            long_prefill_token_threshold: 0,
+            policy: Policy::Fcfs,
+            async_scheduling: asynchronous,
+        };
+        let kv = KvCacheManager::new(1024, 16, limits.max_model_len, true);
+        let mut s = Scheduler::new(limits, kv);
+        s.describe_running_requests(false);
+        for key in 0..16u64 {
+            s.add_request(&EngineRequest {
+                key,
+                name: Arc::from(format!("r{key}")),
+                priority: 0,
+                prompt_token_ids: (0..100).map(|t| t + 1_000 * key as u32).collect(),
+                output_token_ids: (0..300).collect(),
+                arrival_us: 0,
+            });
         }
-        if in_flight.len() == 2 || !s.has_requests() {
-            now += 1;
-            s.update_from_output(&in_flight.pop_front().unwrap(), now, &mut update);
-            for record in &update.finished {
-                assert_eq!(record.token_times_us.len(), 300);
-                assert!(record.token_times_us.windows(2).all(|w| w[0] < w[1]));
+        let (mut listed, mut carried, mut finished) = (0u64, 0u64, 0usize);
+        let mut in_flight: VecDeque<SchedulerOutput> = VecDeque::new();
+        let mut update = UpdateOutput::default();
+        let mut now = 0;
+        let depth = if asynchronous { 2 } else { 1 };
+        while s.has_requests() || !in_flight.is_empty() {
+            if s.has_requests() {
+                let mut out = SchedulerOutput::default();
+                s.schedule(&mut out);
+                listed += out.scheduled.iter().filter(|e| e.tokens == 1).count() as u64;
+                carried += u64::from(out.cohort.requests);
+                in_flight.push_back(out);
             }
-            finished += update.finished.len();
+            if in_flight.len() == depth || !s.has_requests() {
+                now += 1;
+                s.update_from_output(&in_flight.pop_front().unwrap(), now, &mut update);
+                for record in &update.finished {
+                    assert_eq!(record.token_times_us.len(), 300);
+                    assert!(record.token_times_us.windows(2).all(|w| w[0] < w[1]));
+                }
+                finished += update.finished.len();
+            }
         }
+        assert_eq!(finished, 16);
+        // Each request is listed about twice per 16-token block (a new block, then a filled
+        // one) and near its end; the cohort carries the rest.
+        assert!(
+            carried > 4 * listed,
+            "asynchronous {asynchronous}: the cohort carried {carried} decode tokens, the walk listed {listed}"
+        );
     }
-    assert_eq!(finished, 16);
-    // Each request is listed about twice per 16-token block (a new block, then a filled one)
-    // and near its end; the cohort carries the rest.
-    assert!(carried > 4 * listed, "the cohort carried {carried} decode tokens, the walk listed {listed}");
 }

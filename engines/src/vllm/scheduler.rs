@@ -31,9 +31,9 @@
 //! free their blocks at once, leave the running (or waiting) list, and are reported with the next
 //! schedule. Aborts ([`Scheduler::abort`]) remove and free a request at once.
 //!
-//! Under FCFS with asynchronous scheduling, running requests that decode with nothing due are
-//! advanced as a *cohort* without being read step by step (`cohort.rs`), making the same
-//! decisions; [`Scheduler::set_decode_cohort`] turns it off for the reference walk.
+//! Under FCFS, running requests that decode with nothing due are advanced as a *cohort* without
+//! being read step by step (`cohort.rs`), making the same decisions;
+//! [`Scheduler::set_decode_cohort`] turns it off for the reference walk.
 
 mod cohort;
 mod invariants;
@@ -445,7 +445,7 @@ impl Scheduler {
             record_events: false,
             describe_running: true,
             clock_us: 0,
-            cohort: Cohort::new(),
+            cohort: Cohort::new(limits.async_scheduling),
             walked: Vec::new(),
             walked_valid: false,
             next_running_seq: 0,
@@ -460,11 +460,11 @@ impl Scheduler {
     }
 
     /// Advance decoding requests with nothing due as a cohort (on by default; the scheduler
-    /// does so only under FCFS and asynchronous scheduling, without a connector, a long-prefill
-    /// threshold or running-request descriptions), or walk every running request each step,
-    /// the reference path the cohort is tested against. The cohort assumes, as vLLM's engine
-    /// core runs, that at most one batch is in flight when a step is scheduled, so a preempted
-    /// request's last in-flight token has landed before it can be taken back in.
+    /// does so only under FCFS, without a connector, a long-prefill threshold or running-request
+    /// descriptions), or walk every running request each step, the reference path the cohort
+    /// is tested against. The cohort assumes, as vLLM's engine core runs, that at most one
+    /// batch is in flight when a step is scheduled, so a preempted request's last in-flight
+    /// token has landed before it can be taken back in.
     pub fn set_decode_cohort(&mut self, on: bool) {
         self.cohort.enabled = on;
     }
@@ -476,7 +476,6 @@ impl Scheduler {
         self.cohort.enabled
             && self.connector.is_none()
             && limits.policy == Policy::Fcfs
-            && limits.async_scheduling
             && limits.long_prefill_token_threshold == 0
             && !self.describe_running
     }
@@ -1019,7 +1018,7 @@ impl Scheduler {
                 assert!(allocated, "a step beside the cohort found its blocks free");
                 let span = BlockSpan { start, len: out.blocks.len() as u32 - start };
                 let at = describe_running(out, self.describe_running, request, handle, n, computed, span);
-                let samples = request.advance(n, true);
+                let samples = request.advance(n, limits.async_scheduling);
                 out.scheduled[at].samples = samples;
                 budget -= n;
                 joined = samples && n == 1 && self.cohort.try_join(handle, request, batch, run_limits);

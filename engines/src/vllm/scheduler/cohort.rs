@@ -1,10 +1,11 @@
 //! The decode cohort: running requests that decode one token a step with nothing else happening
 //! to them, advanced by counting instead of one by one (issue 13's O(change) step).
 //!
-//! Under FCFS with asynchronous scheduling, a running request past its prompt gets one token a
-//! step: each schedule adds one computed token and one output placeholder, each update adds one
-//! token and spends a placeholder. Nothing else happens to it until it needs a new block, fills
-//! a block (its key is made and the block cached), reaches its last token, or is preempted.
+//! Under FCFS, a running request past its prompt gets one token a step: each schedule adds one
+//! computed token (and, under asynchronous scheduling, an output placeholder), each update adds
+//! one token (and spends the placeholder). Nothing else happens to it until it needs a new
+//! block, fills a block (its key is made and the block cached), reaches its last token, or is
+//! preempted.
 //! When a step leaves a request with nothing due before a known batch, it *joins* the cohort
 //! for the batches up to then — its *run*: those batches count it (the step's totals add its one
 //! token and its context) without reading it. Its fields are brought up to date (*settled*)
@@ -79,6 +80,9 @@ pub(crate) struct RunLimits {
 pub(crate) struct Cohort {
     /// Whether requests may join (the engine's choice; the scheduler adds its scope).
     pub(crate) enabled: bool,
+    /// Whether steps are scheduled asynchronously (a scheduled token is an output placeholder
+    /// until its batch completes).
+    asynchronous: bool,
     /// By request slot: the last batch of its run, 0 when it has none under way.
     run_through: Vec<u64>,
     /// Members counted in the latest scheduled batch.
@@ -107,10 +111,11 @@ pub(crate) struct Cohort {
 }
 
 impl Cohort {
-    /// An empty cohort, enabled.
-    pub(crate) fn new() -> Cohort {
+    /// An empty cohort, enabled, for a scheduler that schedules asynchronously or not.
+    pub(crate) fn new(asynchronous: bool) -> Cohort {
         Cohort {
             enabled: true,
+            asynchronous,
             run_through: Vec::new(),
             members: 0,
             context_tokens: 0,
@@ -211,10 +216,11 @@ impl Cohort {
             return false;
         }
         let computed = request.num_computed_tokens;
-        let placeholders = request.num_output_placeholders;
-        // Its tokens once the batches in flight (all listing it) have completed.
-        let tokens_landed = request.num_tokens() + placeholders;
-        debug_assert_eq!(computed + 1, tokens_landed, "a decoding request computes its tokens but the last");
+        // Its tokens once the batches in flight (all listing it, this one included) have
+        // completed: a decoding request has computed all of them but the last.
+        let tokens_landed = computed + 1;
+        let in_flight = if self.asynchronous { request.num_output_placeholders } else { 1 };
+        debug_assert_eq!(request.num_tokens() + in_flight, tokens_landed, "a decoding request");
         // The run's updates leave it at most this many tokens: short of its last token, and of
         // the end of the block after its cached ones (none is keyed or cached in the run; if a
         // full block is not cached yet, there is no run).
@@ -265,7 +271,9 @@ impl Cohort {
         if scheduled_through >= run.unscheduled {
             let batches = (scheduled_through + 1 - run.unscheduled) as u32;
             request.num_computed_tokens += batches;
-            request.num_output_placeholders += batches;
+            if self.asynchronous {
+                request.num_output_placeholders += batches;
+            }
             run.unscheduled = scheduled_through + 1;
         }
         let updated_through = run.last.min(self.updated);
@@ -280,7 +288,9 @@ impl Cohort {
             }
             let batches = (updated_through + 1 - run.unupdated) as u32;
             request.append_outputs(batches, hash_block_size, scratch);
-            request.num_output_placeholders -= batches;
+            if self.asynchronous {
+                request.num_output_placeholders -= batches;
+            }
             run.unupdated = updated_through + 1;
         }
         request.cohort_run = (run.unupdated <= run.last).then_some(run);
