@@ -141,7 +141,7 @@ impl CallsOut {
         let streamed = self.selection == CallSelection::All && self.file.is_some();
         if streamed || self.digest.is_some() {
             self.line.clear();
-            serde_json::to_writer(&mut self.line, &record).expect("call records serialise");
+            record.write_json(&mut self.line);
             self.line.push(b'\n');
             if let Some(digest) = &mut self.digest {
                 digest.update(&self.line);
@@ -185,9 +185,11 @@ impl CallsOut {
         for (_, record) in std::mem::take(&mut self.reservoir) {
             match &mut self.file {
                 Some((path, file)) => {
-                    serde_json::to_writer(&mut *file, &record)
-                        .map_err(|error| CallsOutError { path: path.clone(), error: error.into() })?;
-                    file.write_all(b"\n").map_err(|error| CallsOutError { path: path.clone(), error })?;
+                    self.line.clear();
+                    record.write_json(&mut self.line);
+                    self.line.push(b'\n');
+                    file.write_all(&self.line)
+                        .map_err(|error| CallsOutError { path: path.clone(), error })?;
                 }
                 None => self.kept.push(record),
             }
