@@ -13,6 +13,8 @@
 //! Everything that does not depend on the step is computed at construction; a price is a few
 //! dozen floating-point operations whatever the batch size (one `pow` for MoE expert coverage).
 
+use std::cell::Cell;
+
 use blis_contracts::{
     Environment, MemoryFootprint, ModelArchitecture, PoolPlan, Rank, RankShares, StepGraph, StepPrice,
     StepShape,
@@ -107,6 +109,29 @@ pub struct Pricer {
     launch: (f64, f64, f64, Rank),
     memory: (f64, f64),
     resolved: Resolved,
+    /// The terms of the last steps' prices that depend only on a count of tokens.
+    recent: RecentTerms,
+}
+
+/// Slots of [`RecentTerms`], each holding the terms of the counts congruent to it.
+const RECENT_SLOTS: usize = 16;
+
+/// The terms of a step's price that depend only on its padded token count (the linear layers,
+/// all-reduces and MoE dispatch) or its sampled token count (the output projection), for the
+/// counts last seen: a run's steps come in few sizes (its CUDA graphs' and its batch sizes),
+/// and these terms are most of a price's divisions. Each is the very value the formula gives.
+#[derive(Clone, Debug, Default)]
+struct RecentTerms {
+    padded: [Cell<Option<(u64, PaddedTerms)>>; RECENT_SLOTS],
+    sampled: [Cell<Option<(u32, f64)>>; RECENT_SLOTS],
+}
+
+/// The terms of a step's price that depend only on its padded token count.
+#[derive(Clone, Copy, Debug)]
+struct PaddedTerms {
+    gemm: f64,
+    all_reduce: f64,
+    dispatch: f64,
 }
 
 impl Pricer {
@@ -235,6 +260,7 @@ impl Pricer {
             ),
             memory: (memory.param("non_torch_bytes"), memory.param("non_torch_bytes_per_peer")),
             resolved,
+            recent: RecentTerms::default(),
         }
     }
 
@@ -263,6 +289,69 @@ impl Pricer {
         }
         let (latency, efficiency, _) = self.all_reduce;
         latency + tokens * self.all_reduce_bytes_per_token / (self.link_bandwidth * efficiency) * 1e6
+    }
+
+    /// The terms of a step's price that depend only on its padded token count: from
+    /// [`RecentTerms`] when the count was seen last in its slot.
+    fn padded_terms(&self, token_count: u64) -> PaddedTerms {
+        let slot = &self.recent.padded[token_count as usize % RECENT_SLOTS];
+        if let Some((count, terms)) = slot.get()
+            && count == token_count
+        {
+            return terms;
+        }
+        let tokens = token_count as f64;
+        // Linear layers of one dense layer (and the attention projections of a MoE layer).
+        let projections = self.linear(&self.qkv, tokens, &self.gemm)
+            + self.linear(&self.output_projection, tokens, &self.gemm);
+        let dense_mlp = self.linear(&self.dense_mlp, tokens, &self.gemm);
+        let moe_mlp = if self.moe_layers > 0.0 {
+            // Expected distinct experts hit by `tokens` tokens under uniform routing.
+            let touched =
+                self.experts * (1.0 - libm::pow(1.0 - self.experts_per_token / self.experts, tokens));
+            let expert = &self.expert;
+            let flops = expert.flops_per_token * tokens * (self.experts_per_token + self.shared_experts)
+                + self.router.flops_per_token * tokens;
+            let bytes = expert.weight_bytes * (touched + self.shared_experts)
+                + self.router.weight_bytes
+                + (expert.activation_bytes_per_token * (self.experts_per_token + self.shared_experts)
+                    + self.router.activation_bytes_per_token)
+                    * tokens;
+            self.operator(
+                flops,
+                self.peak_flops,
+                self.gemm.compute_at(tokens),
+                bytes,
+                self.gemm.memory_efficiency,
+            )
+        } else {
+            0.0
+        };
+        let gemm_time =
+            self.dense_layers * (projections + dense_mlp) + self.moe_layers * (projections + moe_mlp);
+        let layers = self.dense_layers + self.moe_layers;
+        let (dispatch_us, dispatch_token_us, _) = self.moe_dispatch;
+        let terms = PaddedTerms {
+            gemm: gemm_time,
+            all_reduce: 2.0 * layers * self.all_reduce_micros(tokens),
+            dispatch: self.moe_layers * (dispatch_us + dispatch_token_us * tokens),
+        };
+        slot.set(Some((token_count, terms)));
+        terms
+    }
+
+    /// The output projection's time for `sampled` sampled tokens: from [`RecentTerms`] when
+    /// the count was seen last in its slot.
+    fn logits_time(&self, sampled: u32) -> f64 {
+        let slot = &self.recent.sampled[sampled as usize % RECENT_SLOTS];
+        if let Some((count, time)) = slot.get()
+            && count == sampled
+        {
+            return time;
+        }
+        let time = self.linear(&self.logits, f64::from(sampled), &self.logits_coefficient);
+        slot.set(Some((sampled, time)));
+        time
     }
 
     /// Operator time, µs: the larger of compute and memory.
@@ -314,40 +403,12 @@ impl Environment for Pricer {
 
     fn price(&self, step: &StepShape) -> StepPrice {
         let totals = &step.totals;
-        let tokens = step.padded_tokens as f64;
         let token_count = step.padded_tokens;
         let mut by_rank = RankShares::default();
 
-        // Linear layers of one dense layer (and the attention projections of a MoE layer).
         let gemm_rank = self.gemm.entry.rank_for_tokens(token_count);
-        let projections = self.linear(&self.qkv, tokens, &self.gemm)
-            + self.linear(&self.output_projection, tokens, &self.gemm);
-        let dense_mlp = self.linear(&self.dense_mlp, tokens, &self.gemm);
-        let moe_mlp = if self.moe_layers > 0.0 {
-            // Expected distinct experts hit by `tokens` tokens under uniform routing.
-            let touched =
-                self.experts * (1.0 - libm::pow(1.0 - self.experts_per_token / self.experts, tokens));
-            let expert = &self.expert;
-            let flops = expert.flops_per_token * tokens * (self.experts_per_token + self.shared_experts)
-                + self.router.flops_per_token * tokens;
-            let bytes = expert.weight_bytes * (touched + self.shared_experts)
-                + self.router.weight_bytes
-                + (expert.activation_bytes_per_token * (self.experts_per_token + self.shared_experts)
-                    + self.router.activation_bytes_per_token)
-                    * tokens;
-            self.operator(
-                flops,
-                self.peak_flops,
-                self.gemm.compute_at(tokens),
-                bytes,
-                self.gemm.memory_efficiency,
-            )
-        } else {
-            0.0
-        };
-        let gemm_time =
-            self.dense_layers * (projections + dense_mlp) + self.moe_layers * (projections + moe_mlp);
-        by_rank.add(gemm_rank, gemm_time);
+        let padded = self.padded_terms(token_count);
+        by_rank.add(gemm_rank, padded.gemm);
 
         // Attention, per layer: prompt chunks (causal, over their cached context) and decodes.
         let layers = self.dense_layers + self.moe_layers;
@@ -381,15 +442,15 @@ impl Environment for Pricer {
 
         // Two all-reduces per layer under tensor parallelism; MoE routing per MoE layer.
         let (_, _, all_reduce_rank) = self.all_reduce;
-        by_rank.add(all_reduce_rank, 2.0 * layers * self.all_reduce_micros(tokens));
-        let (dispatch_us, dispatch_token_us, dispatch_rank) = self.moe_dispatch;
-        by_rank.add(dispatch_rank, self.moe_layers * (dispatch_us + dispatch_token_us * tokens));
+        by_rank.add(all_reduce_rank, padded.all_reduce);
+        let (_, _, dispatch_rank) = self.moe_dispatch;
+        by_rank.add(dispatch_rank, padded.dispatch);
 
         // The output projection, for sampled tokens only.
         let sampled = f64::from(totals.sampled_tokens);
         by_rank.add(
             self.logits_coefficient.entry.rank_for_tokens(u64::from(totals.sampled_tokens)),
-            self.linear(&self.logits, sampled, &self.logits_coefficient),
+            self.logits_time(totals.sampled_tokens),
         );
 
         // Kernel launches and host work.
@@ -501,6 +562,41 @@ mod tests {
         let embedded = pricer("Llama-3.1-8B", 1, None, &Registry::embedded()).price(&decode_step(1, 1));
         assert!(embedded.micros >= price.micros);
         assert!(embedded.by_rank.get(Rank::Calibrated) > 0.0);
+    }
+
+    #[test]
+    fn a_price_is_the_same_whether_its_token_terms_were_recalled_or_computed() {
+        // Counts 16 apart share a slot of the recent terms, so this sequence both recalls and
+        // overwrites them; every price must be bit for bit a fresh pricer's.
+        let shapes: Vec<StepShape> = [(1, 1), (17, 40), (1, 2), (33, 7), (17, 41), (3, 9), (19, 5), (3, 9)]
+            .into_iter()
+            .map(|(batch, context)| {
+                let mut step = decode_step(batch, context);
+                step.push(StepRequest {
+                    new_tokens: 100 * batch,
+                    context_tokens: 0,
+                    samples: batch % 2 == 1,
+                });
+                step
+            })
+            .chain([decode_step(64, 1_024), decode_step(80, 1_024), decode_step(64, 4_096)])
+            .collect();
+        for (model, tp) in [("Llama-3.1-8B", 1), ("Llama-3.1-8B", 2), ("Mixtral-8x7B-v0.1", 2)] {
+            let warm = pricer(model, tp, None, &Registry::embedded());
+            for round in 0..3 {
+                for shape in &shapes {
+                    let fresh = pricer(model, tp, None, &Registry::embedded()).price(shape);
+                    let recalled = warm.price(shape);
+                    assert_eq!(
+                        recalled.micros.to_bits(),
+                        fresh.micros.to_bits(),
+                        "{model} TP{tp}, round {round}"
+                    );
+                    assert_eq!(recalled.host_micros.to_bits(), fresh.host_micros.to_bits());
+                    assert_eq!(recalled.by_rank, fresh.by_rank);
+                }
+            }
+        }
     }
 
     #[test]
