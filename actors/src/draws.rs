@@ -18,7 +18,7 @@ use crate::workload::{Planned, RequestSource};
 
 /// Requests handed over at a time: one hand-over (and at most one wake-up of either thread) per
 /// batch, not per request.
-const BATCH: usize = 32;
+const BATCH: usize = 128;
 
 /// Batches drawn ahead of the simulation, at most.
 const BATCHES_AHEAD: usize = 2;
