@@ -437,6 +437,8 @@ pub fn assemble(
         .map(|(id, name, pool)| (*id, Arc::from(name.as_str()), pool.model.clone()))
         .collect();
     assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
+    // The block sizes the vLLM instances key their prefix caches by (none when not caching).
+    let mut key_block_sizes = std::collections::BTreeSet::new();
     for (index, (id, name, pool)) in engines.iter().enumerate() {
         let environment = Box::new(Pricer::new(&pool.chip, pool.pool_plan(), &data.registry));
         let plan = match &pool.engine {
@@ -461,6 +463,7 @@ pub fn assemble(
         };
         let mut engine = VllmEngine::new(vllm::VllmPlan::clone(plan), environment);
         engine.set_decode_cohort(!options.faithful_steps);
+        key_block_sizes.insert(engine.scheduler().key_block_size());
         if options.fault == Some(Fault::LeakKvBlock) {
             engine.inject_kv_leak();
         }
@@ -496,6 +499,11 @@ pub fn assemble(
     served.sort_unstable();
     served.dedup();
     let ledger = CallLedger::new();
+    // Clients drawing ahead key their requests' blocks when every vLLM instance keys by one size.
+    let key_block_size = match key_block_sizes.first() {
+        Some(&Some(size)) if key_block_sizes.len() == 1 => u32::try_from(size).ok(),
+        _ => None,
+    };
     // A few clients draw ahead, each on a thread of its own; the threads share the spare core
     // with the accounting (the draws are the same work however many threads do them, and each
     // thread wakes once a batch). More clients draw as they send.
@@ -528,6 +536,7 @@ pub fn assemble(
             draw_ahead,
             fairness_id: client_source.fairness_id.as_deref().map(Arc::from),
             slo_ttft_ms: client_source.slo_ttft_ms,
+            key_block_size,
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;

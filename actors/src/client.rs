@@ -107,6 +107,9 @@ pub struct ClientWiring {
     pub fairness_id: Option<Arc<str>>,
     /// The SLO-TTFT header (ms) its requests carry, if any.
     pub slo_ttft_ms: Option<u64>,
+    /// The block size every vLLM instance keys its prefix cache by, when they share one: a
+    /// client drawing ahead keys its requests' blocks there, off the simulation's thread.
+    pub key_block_size: Option<u32>,
 }
 
 /// What the client knows of one LLM call.
@@ -225,10 +228,11 @@ impl Client {
             draw_ahead,
             fairness_id,
             slo_ttft_ms,
+            key_block_size,
         } = wiring;
         let component = format!("client/{name}");
         let think_times = streams.stream(&component, "closed-loop-think-time", "");
-        let draws = TokenDraws::new(streams, component, vocab_size);
+        let draws = TokenDraws::new(streams, component, vocab_size, key_block_size);
         let pacing = source.pacing();
         // A client whose drawing thread cannot start draws as it sends: the same ids.
         let supply = if draw_ahead {
@@ -516,7 +520,8 @@ impl Client {
         now_us: u64,
         out: &mut Outbox<ClusterMessage>,
     ) {
-        let drawn = self.live.get_mut(&live).and_then(|r| r.drawn.as_mut()).and_then(|d| d.take(node));
+        let mut drawn = self.live.get_mut(&live).and_then(|r| r.drawn.as_mut()).and_then(|d| d.take(node));
+        let keys_ahead = drawn.as_mut().and_then(|d| d.keys.take());
         let request = &self.live[&live];
         let index = request.calls[node].expect("an LLM node has a call");
         let record = &self.calls[&index];
@@ -572,6 +577,7 @@ impl Client {
             fairness_id: self.fairness_id.clone(),
             slo_ttft_ms: self.slo_ttft_ms,
             pd: None,
+            keys_ahead,
         };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }

@@ -12,6 +12,7 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::JoinHandle;
 
 use blis_contracts::{FieldError, NodeKind, PromptPart, RequestSpec};
+use blis_engines::vllm::KeysAhead;
 use blis_kernel::{Streams, Substream};
 
 use crate::workload::{Planned, RequestSource};
@@ -29,13 +30,19 @@ pub(crate) struct TokenDraws {
     streams: Streams,
     component: String,
     vocab_size: u32,
+    key_block_size: Option<u32>,
 }
 
 impl TokenDraws {
     /// The draws of the client whose substreams are named by `component`, each id below
-    /// `vocab_size`.
-    pub(crate) fn new(streams: Streams, component: String, vocab_size: u32) -> TokenDraws {
-        TokenDraws { streams, component, vocab_size }
+    /// `vocab_size`; requests drawn ahead have their blocks keyed for `key_block_size`.
+    pub(crate) fn new(
+        streams: Streams,
+        component: String,
+        vocab_size: u32,
+        key_block_size: Option<u32>,
+    ) -> TokenDraws {
+        TokenDraws { streams, component, vocab_size, key_block_size }
     }
 
     /// `count` ids of prompt part `part` of node `node` of request `request`, appended to `into`.
@@ -93,7 +100,13 @@ impl TokenDraws {
                 };
                 scratch.clear();
                 self.output_tokens(&spec.id, &node.id, call.output_tokens, scratch);
-                Some(NodeDraws { prompt, output: Arc::from(scratch.as_slice()) })
+                let keys = match (&prompt, self.key_block_size) {
+                    (DrawnPrompt::Whole(prompt), Some(block_size)) => {
+                        Some(KeysAhead::of(prompt, scratch, block_size))
+                    }
+                    _ => None,
+                };
+                Some(NodeDraws { prompt, output: Arc::from(scratch.as_slice()), keys })
             })
             .collect();
         Drawn { nodes }
@@ -138,6 +151,9 @@ pub(crate) struct NodeDraws {
     pub(crate) prompt: DrawnPrompt,
     /// The output ids.
     pub(crate) output: Arc<[u32]>,
+    /// The keys of the prompt's and output's blocks, for a whole prompt when the cluster's
+    /// vLLM instances share a block size.
+    pub(crate) keys: Option<KeysAhead>,
 }
 
 /// A call's prompt drawn ahead.
@@ -326,7 +342,7 @@ mod tests {
     }
 
     fn draws() -> TokenDraws {
-        TokenDraws::new(Streams::new(5), "client/c".to_owned(), 1000)
+        TokenDraws::new(Streams::new(5), "client/c".to_owned(), 1000, None)
     }
 
     #[test]

@@ -343,6 +343,8 @@ impl EngineHost {
             fairness_id: call.fairness_id.clone(),
             slo_ttft_ms: call.slo_ttft_ms,
             pd: Some(PdLeg::PrefillLeg { sidecar: pd.wiring.me }),
+            // Its one output token is not the call's: its keys would not match.
+            keys_ahead: None,
         };
         if let Some(notes) = out.notes() {
             notes.decision("decisions", "prefill-leg").arg("request", request.key).arg("prefiller", &*name);
@@ -574,7 +576,10 @@ impl EngineHost {
             Some(PdLeg::DecodeLeg(params)) => {
                 self.engine.add_request_with_transfer(&call.request, KvTransferParams::clone(params))
             }
-            Some(PdLeg::Prefiller { .. }) | None => self.engine.add_request(&call.request),
+            Some(PdLeg::Prefiller { .. }) | None => match &call.keys_ahead {
+                Some(ahead) => self.engine.add_request_with_keys(&call.request, ahead),
+                None => self.engine.add_request(&call.request),
+            },
         };
         match added {
             Ok(()) => {

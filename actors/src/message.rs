@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use blis_contracts::{Disaggregated, Endpoint};
-use blis_engines::vllm::EngineRequest;
+use blis_engines::vllm::{EngineRequest, KeysAhead};
 use blis_engines::vllm::connector::KvTransferParams;
 use blis_kernel::{ActorId, Message, MessageClass};
 use blis_router::Scrape;
@@ -124,6 +124,10 @@ pub struct CallRequest {
     pub slo_ttft_ms: Option<u64>,
     /// Its part in prefill/decode disaggregation, if any.
     pub pd: Option<PdLeg>,
+    /// Its blocks' keys, made as its ids were drawn (a vLLM instance of that block size copies
+    /// them instead of hashing); never logged, since an instance makes the same keys without.
+    #[serde(skip)]
+    pub keys_ahead: Option<KeysAhead>,
 }
 
 /// A request's part in prefill/decode disaggregation (llm-d's decode sidecar, NIXL).
@@ -277,6 +281,7 @@ mod tests {
             fairness_id: None,
             slo_ttft_ms: None,
             pd: None,
+            keys_ahead: None,
         }));
         let completion = ClusterMessage::Completion(Box::new(CallCompletion {
             key: 0,

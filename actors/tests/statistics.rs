@@ -124,6 +124,22 @@ fn a_failed_acceptance_condition_withholds_every_figure() {
 }
 
 #[test]
+fn one_replication_with_shared_prefixes_is_identical_whatever_the_thread_count() {
+    // With a core to spare, the client's drawing thread keys each prompt's blocks ahead and the
+    // engines copy those keys (debug builds check each copied key against its hash); the hits
+    // they find must be the ones hashing finds.
+    let text = scenario("replications: 1", "", 2, 6.0, 200).replace(
+        "      input_tokens:",
+        "      shared_prefix: { groups: 3, tokens: 700 }\n      input_tokens:",
+    );
+    let (one, two) = (run_with(&text, 1), run_with(&text, 2));
+    assert_eq!(one.result_json(), two.result_json());
+    assert_eq!(one.calls_jsonl(), two.calls_jsonl());
+    let cached: u64 = one.calls.iter().map(|c| u64::from(c.cached_tokens)).sum();
+    assert!(cached > 100 * 700, "the shared prefixes hit: {cached} cached tokens");
+}
+
+#[test]
 fn two_configurations_are_judged_on_paired_replications() {
     let one = scenario("replications: 4", "", 1, 5.0, 150);
     let two = scenario("replications: 4", "", 2, 5.0, 150);

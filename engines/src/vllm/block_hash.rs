@@ -13,6 +13,8 @@
 //! computed only for the hashes that leave the engine (KV events), and only when they are
 //! recorded.
 
+use std::sync::Arc;
+
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -120,6 +122,29 @@ pub fn extend_keys_of_halves(
             key_block(parent, &spanning, scratch)
         };
         keys.push(key);
+    }
+}
+
+/// The keys of every full block of a request's prompt and planned outputs for one block size,
+/// made ahead of the request (on the thread that drew its token ids, off the simulation's), so
+/// the scheduler copies them instead of hashing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeysAhead {
+    block_size: u32,
+    keys: Arc<[BlockKey]>,
+}
+
+impl KeysAhead {
+    /// The keys of `prompt` followed by `output`, in blocks of `block_size` (positive).
+    pub fn of(prompt: &[u32], output: &[u32], block_size: u32) -> KeysAhead {
+        let mut keys = Vec::with_capacity((prompt.len() + output.len()) / block_size as usize);
+        extend_keys_of_halves(&mut keys, prompt, output, block_size as usize, &mut Vec::new());
+        KeysAhead { block_size, keys: keys.into() }
+    }
+
+    /// The keys, if they were made for `block_size` over `tokens` tokens.
+    pub(crate) fn keys_for(&self, block_size: usize, tokens: usize) -> Option<&Arc<[BlockKey]>> {
+        (self.block_size as usize == block_size && self.keys.len() == tokens / block_size).then_some(&self.keys)
     }
 }
 

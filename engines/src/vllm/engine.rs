@@ -14,6 +14,7 @@ use std::fmt;
 
 use blis_contracts::{Environment, StepGraph, StepPrice, StepRequest, StepShape, Transfer};
 
+use super::block_hash::KeysAhead;
 use super::connector::{
     Connector, ConnectorOutput, Job, KvTransferParams, NixlScheduler, OffloadWorker, OffloadingScheduler,
     cpu_blocks,
@@ -352,6 +353,14 @@ impl VllmEngine {
     pub fn add_request(&mut self, request: &EngineRequest) -> Result<(), Rejection> {
         self.admissible(request)?;
         self.scheduler.add_request(request);
+        Ok(())
+    }
+
+    /// Accept a request as [`VllmEngine::add_request`] does, its blocks keyed from `ahead`
+    /// when it was made for this instance's block size.
+    pub fn add_request_with_keys(&mut self, request: &EngineRequest, ahead: &KeysAhead) -> Result<(), Rejection> {
+        self.admissible(request)?;
+        self.scheduler.add_request_with_keys(request, ahead);
         Ok(())
     }
 

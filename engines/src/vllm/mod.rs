@@ -16,7 +16,7 @@ mod request;
 mod scheduler;
 
 pub use args::{DeviceClass, VLLM_VERSION, VllmArgs, VllmConfig, capture_sizes};
-pub use block_hash::{BlockHash, BlockKey, event_value, hash_block, key_block, none_hash};
+pub use block_hash::{BlockHash, BlockKey, KeysAhead, event_value, hash_block, key_block, none_hash};
 pub use block_pool::{BlockId, BlockPool, EventSpan, KvEvent, KvEvents};
 pub use engine::{CopyJob, KvPull, Rejection, Stall, VllmEngine};
 pub use fields::{ARGUMENTS, Treatment, treatment};

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::block_hash::{BlockHash, BlockKey, extend_hashes, extend_keys, extend_keys_of_halves};
+use super::block_hash::{BlockHash, BlockKey, KeysAhead, extend_hashes, extend_keys, extend_keys_of_halves};
 use super::block_pool::BlockId;
 use super::scheduler::CohortRun;
 
@@ -61,6 +61,9 @@ pub(crate) struct Request {
     pub(crate) status: Status,
     /// Prefix-cache keys of its full blocks.
     pub(crate) block_keys: Vec<BlockKey>,
+    /// The keys of every full block of its prompt and planned outputs, when they were made
+    /// ahead: the blocks its outputs fill take their keys from here.
+    keys_ahead: Option<Arc<[BlockKey]>>,
     /// SHA-256 hashes of its first blocks, computed as they are cached while KV events are
     /// recorded.
     pub(crate) block_hashes: Vec<BlockHash>,
@@ -77,16 +80,40 @@ pub(crate) struct Request {
 }
 
 impl Request {
+    /// The request `spec`, its prompt's blocks keyed when caching in blocks of
+    /// `hash_block_size`: copied from `ahead` when it was made for that size, else hashed.
     pub(crate) fn new(
         spec: &EngineRequest,
         hash_block_size: Option<usize>,
+        ahead: Option<&KeysAhead>,
         scratch: &mut Vec<u8>,
     ) -> Request {
         let num_prompt_tokens = spec.prompt_token_ids.len() as u32;
         let mut block_keys = Vec::new();
+        let mut keys_ahead = None;
         if let Some(block_size) = hash_block_size {
-            block_keys.reserve((spec.prompt_token_ids.len() + spec.output_token_ids.len()) / block_size);
-            extend_keys(&mut block_keys, &spec.prompt_token_ids, block_size, scratch);
+            let prompt = spec.prompt_token_ids.len();
+            block_keys.reserve((prompt + spec.output_token_ids.len()) / block_size);
+            keys_ahead =
+                ahead.and_then(|ahead| ahead.keys_for(block_size, prompt + spec.output_token_ids.len())).cloned();
+            match &keys_ahead {
+                Some(keys) => block_keys.extend_from_slice(&keys[..prompt / block_size]),
+                None => extend_keys(&mut block_keys, &spec.prompt_token_ids, block_size, scratch),
+            }
+            debug_assert!(
+                keys_ahead.is_none() || {
+                    let mut hashed = Vec::new();
+                    extend_keys_of_halves(
+                        &mut hashed,
+                        &spec.prompt_token_ids,
+                        &spec.output_token_ids,
+                        block_size,
+                        scratch,
+                    );
+                    *hashed == **keys_ahead.as_ref().expect("checked")
+                },
+                "keys made ahead are the keys of the request's tokens"
+            );
         }
         Request {
             num_prompt_tokens,
@@ -100,6 +127,7 @@ impl Request {
             num_preemptions: 0,
             status: Status::Waiting,
             block_keys,
+            keys_ahead,
             block_hashes: Vec::new(),
             blocks: Vec::new(),
             has_table: false,
@@ -200,14 +228,22 @@ impl Request {
         if let Some(block_size) = hash_block_size
             && self.num_tokens as usize & (block_size - 1) == 0
         {
-            let outputs = &self.spec.output_token_ids[..self.num_output_tokens() as usize];
-            extend_keys_of_halves(
-                &mut self.block_keys,
-                &self.spec.prompt_token_ids,
-                outputs,
-                block_size,
-                scratch,
-            );
+            match &self.keys_ahead {
+                Some(keys) => {
+                    let full = self.num_tokens as usize / block_size;
+                    self.block_keys.extend_from_slice(&keys[self.block_keys.len()..full]);
+                }
+                None => {
+                    let outputs = &self.spec.output_token_ids[..self.num_output_tokens() as usize];
+                    extend_keys_of_halves(
+                        &mut self.block_keys,
+                        &self.spec.prompt_token_ids,
+                        outputs,
+                        block_size,
+                        scratch,
+                    );
+                }
+            }
         }
     }
 }
@@ -233,21 +269,49 @@ mod tests {
                     arrival_us: 0,
                 };
                 let mut scratch = Vec::new();
-                let mut request = Request::new(&spec, Some(block_size), &mut scratch);
-                let all: Vec<u32> = prompt.iter().chain(&output).copied().collect();
-                let case = format!("block size {block_size}, prompt {prompt_len}");
-                assert_eq!(request.block_keys.len(), prompt.len() / block_size, "{case}");
-                for generated in 1..=output.len() {
-                    assert_eq!(request.next_output(), output[generated - 1], "{case}");
-                    request.append_output(Some(block_size), &mut scratch);
-                    let mut expected = Vec::new();
-                    extend_keys(&mut expected, &all[..prompt.len() + generated], block_size, &mut scratch);
-                    assert_eq!(request.block_keys, expected, "{case}, after {generated} outputs");
+                // Keyed by hashing, and by copying keys made ahead for this block size; keys made
+                // for another size are not used.
+                let ahead = KeysAhead::of(&prompt, &output, block_size as u32);
+                let elsewhere = KeysAhead::of(&prompt, &output, 2 * block_size as u32);
+                for (made, copied) in [(None, false), (Some(&ahead), true), (Some(&elsewhere), false)] {
+                    let mut request = Request::new(&spec, Some(block_size), made, &mut scratch);
+                    let all: Vec<u32> = prompt.iter().chain(&output).copied().collect();
+                    let case = format!("block size {block_size}, prompt {prompt_len}, keys copied {copied}");
+                    assert_eq!(request.keys_ahead.is_some(), copied, "{case}");
+                    assert_eq!(request.block_keys.len(), prompt.len() / block_size, "{case}");
+                    for generated in 1..=output.len() {
+                        assert_eq!(request.next_output(), output[generated - 1], "{case}");
+                        request.append_output(Some(block_size), &mut scratch);
+                        let mut expected = Vec::new();
+                        extend_keys(&mut expected, &all[..prompt.len() + generated], block_size, &mut scratch);
+                        assert_eq!(request.block_keys, expected, "{case}, after {generated} outputs");
+                    }
+                    let mut tokens = Vec::new();
+                    assert_eq!(request.copy_first_tokens(all.len(), &mut tokens), &all[..], "{case}");
+                    assert_eq!(request.copy_first_tokens(25, &mut tokens), &all[..25], "{case}");
                 }
-                let mut tokens = Vec::new();
-                assert_eq!(request.copy_first_tokens(all.len(), &mut tokens), &all[..], "{case}");
-                assert_eq!(request.copy_first_tokens(25, &mut tokens), &all[..25], "{case}");
             }
         }
+    }
+
+    #[test]
+    fn keys_made_ahead_for_other_tokens_are_not_used() {
+        let spec = |output: u32| EngineRequest {
+            key: 1,
+            name: Arc::from("r1"),
+            priority: 0,
+            prompt_token_ids: (0..40).collect::<Vec<u32>>().into(),
+            output_token_ids: (100..100 + output).collect::<Vec<u32>>().into(),
+            arrival_us: 0,
+        };
+        // Made for a call whose output was then cut to one token (a prefill leg): another
+        // number of blocks.
+        let ahead = KeysAhead::of(&spec(30).prompt_token_ids, &spec(30).output_token_ids, 16);
+        let request = Request::new(&spec(1), Some(16), Some(&ahead), &mut Vec::new());
+        assert!(request.keys_ahead.is_none());
+        assert_eq!(request.block_keys[..], ahead.keys_for(16, 70).unwrap()[..2]);
+        // Not caching: nothing is keyed.
+        let request = Request::new(&spec(30), None, Some(&ahead), &mut Vec::new());
+        assert!(request.keys_ahead.is_none() && request.block_keys.is_empty());
     }
 }

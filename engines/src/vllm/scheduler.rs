@@ -40,6 +40,7 @@ mod invariants;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::block_hash::KeysAhead;
 use super::block_pool::{BlockId, KvEvents};
 use super::connector::{
     Connector, ConnectorEvent, ConnectorMeta, ConnectorOutput, KvTransferParams, ScheduledRequest,
@@ -504,7 +505,18 @@ impl Scheduler {
 
     /// Add a request to the waiting queue. Its key must be new.
     pub fn add_request(&mut self, spec: &EngineRequest) {
-        self.add(spec);
+        self.add(spec, None);
+    }
+
+    /// Add a request as [`Scheduler::add_request`] does, its blocks keyed from `ahead` when it
+    /// was made for the block size this scheduler keys.
+    pub fn add_request_with_keys(&mut self, spec: &EngineRequest, ahead: &KeysAhead) {
+        self.add(spec, Some(ahead));
+    }
+
+    /// The block size its prefix-cache keys are made for, if it keys blocks.
+    pub fn key_block_size(&self) -> Option<usize> {
+        self.key_block_size
     }
 
     /// Rename the instance's NIXL connector (see [`super::connector::NixlScheduler::set_engine_id`]).
@@ -521,11 +533,11 @@ impl Scheduler {
         if let Some(nixl) = self.connector.as_mut().and_then(Connector::nixl_mut) {
             nixl.register(spec.key, params);
         }
-        self.add(spec);
+        self.add(spec, None);
     }
 
-    fn add(&mut self, spec: &EngineRequest) {
-        let request = Request::new(spec, self.key_block_size, &mut self.scratch);
+    fn add(&mut self, spec: &EngineRequest, ahead: Option<&KeysAhead>) {
+        let request = Request::new(spec, self.key_block_size, ahead, &mut self.scratch);
         let slot = match self.free_slots.pop() {
             Some(slot) => slot,
             None => {
