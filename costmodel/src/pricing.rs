@@ -11,7 +11,8 @@
 //! attributed to the rank of the entry that priced it.
 //!
 //! Everything that does not depend on the step is computed at construction; a price is a few
-//! dozen floating-point operations whatever the batch size (one `pow` for MoE expert coverage).
+//! dozen floating-point operations whatever the batch size (one `pow` for MoE expert coverage),
+//! and the terms that depend only on a token count are recalled for the counts last seen.
 
 use std::cell::Cell;
 
