@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use blis_contracts::{Disaggregated, Endpoint};
-use blis_engines::vllm::{EngineRequest, KeysAhead};
 use blis_engines::vllm::connector::KvTransferParams;
+use blis_engines::vllm::{EngineRequest, KeysAhead};
 use blis_kernel::{ActorId, Message, MessageClass};
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;

@@ -144,7 +144,8 @@ impl KeysAhead {
 
     /// The keys, if they were made for `block_size` over `tokens` tokens.
     pub(crate) fn keys_for(&self, block_size: usize, tokens: usize) -> Option<&Arc<[BlockKey]>> {
-        (self.block_size as usize == block_size && self.keys.len() == tokens / block_size).then_some(&self.keys)
+        (self.block_size as usize == block_size && self.keys.len() == tokens / block_size)
+            .then_some(&self.keys)
     }
 }
 

@@ -358,7 +358,11 @@ impl VllmEngine {
 
     /// Accept a request as [`VllmEngine::add_request`] does, its blocks keyed from `ahead`
     /// when it was made for this instance's block size.
-    pub fn add_request_with_keys(&mut self, request: &EngineRequest, ahead: &KeysAhead) -> Result<(), Rejection> {
+    pub fn add_request_with_keys(
+        &mut self,
+        request: &EngineRequest,
+        ahead: &KeysAhead,
+    ) -> Result<(), Rejection> {
         self.admissible(request)?;
         self.scheduler.add_request_with_keys(request, ahead);
         Ok(())

@@ -94,8 +94,9 @@ impl Request {
         if let Some(block_size) = hash_block_size {
             let prompt = spec.prompt_token_ids.len();
             block_keys.reserve((prompt + spec.output_token_ids.len()) / block_size);
-            keys_ahead =
-                ahead.and_then(|ahead| ahead.keys_for(block_size, prompt + spec.output_token_ids.len())).cloned();
+            keys_ahead = ahead
+                .and_then(|ahead| ahead.keys_for(block_size, prompt + spec.output_token_ids.len()))
+                .cloned();
             match &keys_ahead {
                 Some(keys) => block_keys.extend_from_slice(&keys[..prompt / block_size]),
                 None => extend_keys(&mut block_keys, &spec.prompt_token_ids, block_size, scratch),
@@ -283,7 +284,12 @@ mod tests {
                         assert_eq!(request.next_output(), output[generated - 1], "{case}");
                         request.append_output(Some(block_size), &mut scratch);
                         let mut expected = Vec::new();
-                        extend_keys(&mut expected, &all[..prompt.len() + generated], block_size, &mut scratch);
+                        extend_keys(
+                            &mut expected,
+                            &all[..prompt.len() + generated],
+                            block_size,
+                            &mut scratch,
+                        );
                         assert_eq!(request.block_keys, expected, "{case}, after {generated} outputs");
                     }
                     let mut tokens = Vec::new();
