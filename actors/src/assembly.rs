@@ -437,7 +437,8 @@ pub fn assemble(
         .map(|(id, name, pool)| (*id, Arc::from(name.as_str()), pool.model.clone()))
         .collect();
     assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
-    // The block sizes the vLLM instances key their prefix caches by (none when not caching).
+    // The block sizes the vLLM instances key blocks by (none for one that keys none: no prefix
+    // caching and no connector).
     let mut key_block_sizes = std::collections::BTreeSet::new();
     for (index, (id, name, pool)) in engines.iter().enumerate() {
         let environment = Box::new(Pricer::new(&pool.chip, pool.pool_plan(), &data.registry));
