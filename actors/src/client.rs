@@ -432,11 +432,11 @@ impl Client {
     fn start_node(&mut self, live: usize, i: usize, now_us: u64, out: &mut Outbox<ClusterMessage>) {
         let request = self.live.get_mut(&live).expect("a live request");
         request.nodes[i] = NodeState::Running;
-        match request.spec.nodes[i].kind.clone() {
+        match request.spec.nodes[i].kind {
             NodeKind::Tool(duration_us) | NodeKind::Interval(duration_us) => {
                 self.schedule(now_us.saturating_add(duration_us), Timer::NodeEnds { live, node: i });
             }
-            NodeKind::Llm(call) => self.send(live, i, &call, now_us, out),
+            NodeKind::Llm(_) => self.send(live, i, now_us, out),
         }
     }
 
@@ -512,17 +512,15 @@ impl Client {
         })
     }
 
-    fn send(
-        &mut self,
-        live: usize,
-        node: usize,
-        call: &LlmCall,
-        now_us: u64,
-        out: &mut Outbox<ClusterMessage>,
-    ) {
+    /// Send LLM node `node` of `live` to the router.
+    fn send(&mut self, live: usize, node: usize, now_us: u64, out: &mut Outbox<ClusterMessage>) {
         let mut drawn = self.live.get_mut(&live).and_then(|r| r.drawn.as_mut()).and_then(|d| d.take(node));
         let keys_ahead = drawn.as_mut().and_then(|d| d.keys.take());
         let request = &self.live[&live];
+        let NodeKind::Llm(call) = &request.spec.nodes[node].kind else {
+            unreachable!("only an LLM node is sent")
+        };
+        let (priority, output_tokens, timeout_us) = (call.priority, call.output_tokens, call.timeout_us);
         let index = request.calls[node].expect("an LLM node has a call");
         let record = &self.calls[&index];
         let prompt: Arc<[u32]> = match drawn.as_ref().map(|d| &d.prompt) {
@@ -534,7 +532,7 @@ impl Client {
             None => {
                 let mut output = Vec::new();
                 let node_id = &request.spec.nodes[node].id;
-                self.draws.output_tokens(&request.spec.id, node_id, call.output_tokens, &mut output);
+                self.draws.output_tokens(&request.spec.id, node_id, output_tokens, &mut output);
                 output.into()
             }
         };
@@ -545,7 +543,7 @@ impl Client {
         let engine_request = EngineRequest {
             key,
             name: Arc::from(record.name.as_str()),
-            priority: call.priority,
+            priority,
             prompt_token_ids: prompt.clone(),
             output_token_ids: output.clone(),
             arrival_us: now_us,
@@ -557,15 +555,15 @@ impl Client {
         record.arrival_us = now_us;
         record.input_tokens = prompt.len() as u32;
         self.outstanding += 1;
-        let (name, input_tokens) = (record.name.clone(), record.input_tokens);
-        if let Some(timeout_us) = call.timeout_us {
+        if let Some(timeout_us) = timeout_us {
             self.schedule(now_us.saturating_add(timeout_us), Timer::Timeout { call: index });
         }
         if let Some(notes) = out.notes() {
+            let record = &self.calls[&index];
             notes
-                .phase_begin("request", key, name)
-                .arg("input_tokens", u64::from(input_tokens))
-                .arg("output_tokens", u64::from(call.output_tokens));
+                .phase_begin("request", key, record.name.clone())
+                .arg("input_tokens", u64::from(record.input_tokens))
+                .arg("output_tokens", u64::from(output_tokens));
             notes.phase_begin("request", key, "queued");
             notes.counter("client", "outstanding", self.outstanding as f64);
         }

@@ -16,8 +16,9 @@
 //! up, never iterated, so its layout cannot reach any decision. The blocks sharing a key form a
 //! list threaded through per-block arrays. Blocks just cached wait in a short list, in the
 //! order cached, until at least [`LINK_BATCH`] have been, and are then linked into the index
-//! together, every slot fetched first so that their cache misses overlap; a lookup reads the
-//! index (the older blocks) and then the list, so it still returns the first block cached.
+//! together, each one's slot fetched as it was cached so that the miss is over by then; a
+//! lookup reads the index (the older blocks) and then the list, so it still returns the first
+//! block cached.
 //!
 //! The free queue is a ring of block ids in queue order, each entry with the block's folded key
 //! (zero when it is not cached), each block remembering its position; taking a block from the
@@ -149,10 +150,10 @@ pub struct BlockPool {
     free: u32,
     index: CacheIndex,
     /// Blocks cached but not yet linked into the index, in the order cached, and their keys:
-    /// they are linked together once at least `link_batch` are listed, every slot fetched
-    /// first, so that the cache misses on the slots overlap; until then lookups and evictions
-    /// read these lists (a few ids in one cache line, where a flag on the block would be a
-    /// miss).
+    /// they are linked together once at least `link_batch` are listed, each slot fetched as
+    /// its block is cached, so that the misses on the slots are over by then; until then
+    /// lookups and evictions read these lists (a few ids in one cache line, where a flag on
+    /// the block would be a miss).
     unlinked: Vec<BlockId>,
     unlinked_keys: Vec<BlockKey>,
     /// The length of the lists at which they are linked ([`LINK_BATCH`]; tests vary it).
@@ -341,6 +342,8 @@ impl BlockPool {
             self.blocks[id as usize].cached = true;
             self.unlinked.push(id);
             self.unlinked_keys.push(key);
+            // Its index slot is fetched now, so it has arrived when the batch is linked.
+            mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
             if self.record_events {
                 if self.event_hashes.is_empty() {
                     self.event_hashes = vec![0; self.blocks.len()];
@@ -372,12 +375,9 @@ impl BlockPool {
         }
     }
 
-    /// Link every block cached but not linked yet into the index, in the order cached, after
-    /// fetching all their slots (the misses overlap).
+    /// Link every block cached but not linked yet into the index, in the order cached (their
+    /// slots were fetched as they were cached).
     fn link_unlinked(&mut self) {
-        for &key in &self.unlinked_keys {
-            mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
-        }
         for at in 0..self.unlinked.len() {
             self.link(self.unlinked[at], self.unlinked_keys[at]);
         }

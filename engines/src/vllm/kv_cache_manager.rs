@@ -110,7 +110,7 @@ impl KvCacheManager {
             return 0;
         }
         let max_blocks = self.full_blocks(request.num_tokens().saturating_sub(1));
-        for &key in request.block_keys.iter().take(max_blocks) {
+        for &key in request.block_keys().iter().take(max_blocks) {
             match self.pool.get_cached_block(key) {
                 Some(id) => hits.push(id),
                 None => break,
@@ -237,7 +237,7 @@ impl KvCacheManager {
         self.pool.cache_full_blocks(
             request.spec.key,
             &request.blocks,
-            &request.block_keys,
+            request.block_keys(),
             &request.block_hashes,
             &self.tokens,
             self.block_size as usize,

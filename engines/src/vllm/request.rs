@@ -59,11 +59,14 @@ pub(crate) struct Request {
     pub(crate) num_external_computed_tokens: i64,
     pub(crate) num_preemptions: u32,
     pub(crate) status: Status,
-    /// Prefix-cache keys of its full blocks.
-    pub(crate) block_keys: Vec<BlockKey>,
+    /// Prefix-cache keys of its full blocks, when they are hashed here (empty when they were
+    /// made ahead).
+    hashed_keys: Vec<BlockKey>,
     /// The keys of every full block of its prompt and planned outputs, when they were made
-    /// ahead: the blocks its outputs fill take their keys from here.
+    /// ahead: its first `keyed_ahead` are its full blocks' keys, read in place.
     keys_ahead: Option<Arc<[BlockKey]>>,
+    /// How many of `keys_ahead` are its full blocks' keys so far.
+    keyed_ahead: u32,
     /// SHA-256 hashes of its first blocks, computed as they are cached while KV events are
     /// recorded.
     pub(crate) block_hashes: Vec<BlockHash>,
@@ -89,17 +92,20 @@ impl Request {
         scratch: &mut Vec<u8>,
     ) -> Request {
         let num_prompt_tokens = spec.prompt_token_ids.len() as u32;
-        let mut block_keys = Vec::new();
+        let mut hashed_keys = Vec::new();
         let mut keys_ahead = None;
+        let mut keyed_ahead = 0;
         if let Some(block_size) = hash_block_size {
             let prompt = spec.prompt_token_ids.len();
-            block_keys.reserve((prompt + spec.output_token_ids.len()) / block_size);
             keys_ahead = ahead
                 .and_then(|ahead| ahead.keys_for(block_size, prompt + spec.output_token_ids.len()))
                 .cloned();
             match &keys_ahead {
-                Some(keys) => block_keys.extend_from_slice(&keys[..prompt / block_size]),
-                None => extend_keys(&mut block_keys, &spec.prompt_token_ids, block_size, scratch),
+                Some(_) => keyed_ahead = (prompt / block_size) as u32,
+                None => {
+                    hashed_keys.reserve((prompt + spec.output_token_ids.len()) / block_size);
+                    extend_keys(&mut hashed_keys, &spec.prompt_token_ids, block_size, scratch);
+                }
             }
             debug_assert!(
                 keys_ahead.is_none() || {
@@ -127,8 +133,9 @@ impl Request {
             num_external_computed_tokens: 0,
             num_preemptions: 0,
             status: Status::Waiting,
-            block_keys,
+            hashed_keys,
             keys_ahead,
+            keyed_ahead,
             block_hashes: Vec::new(),
             blocks: Vec::new(),
             has_table: false,
@@ -137,6 +144,14 @@ impl Request {
             token_times_us: Vec::with_capacity(spec.output_token_ids.len()),
             cohort_run: None,
             running_seq: 0,
+        }
+    }
+
+    /// Prefix-cache keys of its full blocks.
+    pub(crate) fn block_keys(&self) -> &[BlockKey] {
+        match &self.keys_ahead {
+            Some(keys) => &keys[..self.keyed_ahead as usize],
+            None => &self.hashed_keys,
         }
     }
 
@@ -190,7 +205,7 @@ impl Request {
     #[inline]
     pub(crate) fn advance(&mut self, tokens: u32, asynchronous: bool) -> bool {
         self.num_computed_tokens += tokens;
-        if asynchronous {
+        let samples = if asynchronous {
             let complete = self.num_computed_tokens == self.num_tokens() + self.num_output_placeholders;
             if complete {
                 self.num_output_placeholders += 1;
@@ -198,6 +213,20 @@ impl Request {
             complete
         } else {
             self.num_computed_tokens >= self.num_tokens()
+        };
+        if samples {
+            self.prefetch_sampled_output();
+        }
+        samples
+    }
+
+    /// Start fetching the output id the step just scheduled samples, which its update reads:
+    /// the ids were drawn on another thread, so the first read of each cache line of them is
+    /// a miss, taken here while the step runs instead of when its update waits on it.
+    fn prefetch_sampled_output(&self) {
+        let sampled = (self.num_output_tokens() + self.num_output_placeholders).saturating_sub(1) as usize;
+        if let Some(id) = self.spec.output_token_ids.get(sampled) {
+            mem_prefetch::prefetch_read_data::<_, 3>(id);
         }
     }
 
@@ -230,14 +259,11 @@ impl Request {
             && self.num_tokens as usize & (block_size - 1) == 0
         {
             match &self.keys_ahead {
-                Some(keys) => {
-                    let full = self.num_tokens as usize / block_size;
-                    self.block_keys.extend_from_slice(&keys[self.block_keys.len()..full]);
-                }
+                Some(_) => self.keyed_ahead = (self.num_tokens as usize / block_size) as u32,
                 None => {
                     let outputs = &self.spec.output_token_ids[..self.num_output_tokens() as usize];
                     extend_keys_of_halves(
-                        &mut self.block_keys,
+                        &mut self.hashed_keys,
                         &self.spec.prompt_token_ids,
                         outputs,
                         block_size,
@@ -279,7 +305,7 @@ mod tests {
                     let all: Vec<u32> = prompt.iter().chain(&output).copied().collect();
                     let case = format!("block size {block_size}, prompt {prompt_len}, keys copied {copied}");
                     assert_eq!(request.keys_ahead.is_some(), copied, "{case}");
-                    assert_eq!(request.block_keys.len(), prompt.len() / block_size, "{case}");
+                    assert_eq!(request.block_keys().len(), prompt.len() / block_size, "{case}");
                     for generated in 1..=output.len() {
                         assert_eq!(request.next_output(), output[generated - 1], "{case}");
                         request.append_output(Some(block_size), &mut scratch);
@@ -290,7 +316,7 @@ mod tests {
                             block_size,
                             &mut scratch,
                         );
-                        assert_eq!(request.block_keys, expected, "{case}, after {generated} outputs");
+                        assert_eq!(request.block_keys(), expected, "{case}, after {generated} outputs");
                     }
                     let mut tokens = Vec::new();
                     assert_eq!(request.copy_first_tokens(all.len(), &mut tokens), &all[..], "{case}");
@@ -315,9 +341,9 @@ mod tests {
         let ahead = KeysAhead::of(&spec(30).prompt_token_ids, &spec(30).output_token_ids, 16);
         let request = Request::new(&spec(1), Some(16), Some(&ahead), &mut Vec::new());
         assert!(request.keys_ahead.is_none());
-        assert_eq!(request.block_keys[..], ahead.keys_for(16, 70).unwrap()[..2]);
+        assert_eq!(request.block_keys()[..], ahead.keys_for(16, 70).unwrap()[..2]);
         // Not caching: nothing is keyed.
         let request = Request::new(&spec(30), None, Some(&ahead), &mut Vec::new());
-        assert!(request.keys_ahead.is_none() && request.block_keys.is_empty());
+        assert!(request.keys_ahead.is_none() && request.block_keys().is_empty());
     }
 }

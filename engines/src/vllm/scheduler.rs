@@ -780,7 +780,7 @@ impl Scheduler {
                     let external = self.connector.as_mut().map(|c| {
                         c.get_num_new_matched_tokens(
                             request.spec.key,
-                            &request.block_keys,
+                            request.block_keys(),
                             request.num_tokens(),
                             request.num_prompt_tokens,
                             hit,
@@ -848,7 +848,7 @@ impl Scheduler {
                 };
                 connector.update_state_after_alloc(
                     request.spec.key,
-                    &request.block_keys,
+                    request.block_keys(),
                     &request.blocks,
                     num_hit_blocks,
                     external,
@@ -1114,7 +1114,7 @@ impl Scheduler {
                 new_blocks,
                 resumed,
                 total_tokens: context + tokens,
-                block_keys: &r.block_keys,
+                block_keys: r.block_keys(),
                 block_hashes: &r.block_hashes,
             }
         }
