@@ -279,6 +279,16 @@ impl BlockPool {
         }
     }
 
+    /// Start fetching the index slots where `keys` are found or would be cached.
+    pub fn prefetch_slots(&self, keys: &[BlockKey]) {
+        if !self.caching {
+            return;
+        }
+        for &key in keys {
+            mem_prefetch::prefetch_write_data::<_, 3>(&self.index.slots[self.index.home(fold(key))]);
+        }
+    }
+
     /// The first block cached under `key`, if any: an indexed one was cached before any not
     /// linked yet.
     pub fn get_cached_block(&self, key: BlockKey) -> Option<BlockId> {

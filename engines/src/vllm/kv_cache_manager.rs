@@ -110,6 +110,9 @@ impl KvCacheManager {
             return 0;
         }
         let max_blocks = self.full_blocks(request.num_tokens().saturating_sub(1));
+        // The slots its full blocks will be cached under (or found in) are fetched now, while
+        // the lookup below and the evictions of the allocation that follows take their time.
+        self.pool.prefetch_slots(request.block_keys());
         for &key in request.block_keys().iter().take(max_blocks) {
             match self.pool.get_cached_block(key) {
                 Some(id) => hits.push(id),

@@ -27,6 +27,9 @@ pub struct EngineRequest {
     pub arrival_us: u64,
 }
 
+/// Block keys in a 64-byte cache line.
+const KEYS_PER_CACHE_LINE: usize = 64 / std::mem::size_of::<BlockKey>();
+
 /// Where a request stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -144,6 +147,14 @@ impl Request {
             token_times_us: Vec::with_capacity(spec.output_token_ids.len()),
             cohort_run: None,
             running_seq: 0,
+        }
+    }
+
+    /// Start fetching its full blocks' keys when they were made ahead, on another thread: they
+    /// are first read when it is admitted, a step or more later.
+    pub(crate) fn prefetch_keys(&self) {
+        for key in self.block_keys().iter().step_by(KEYS_PER_CACHE_LINE) {
+            mem_prefetch::prefetch_read_data::<_, 3>(key);
         }
     }
 

@@ -538,6 +538,7 @@ impl Scheduler {
 
     fn add(&mut self, spec: &EngineRequest, ahead: Option<&KeysAhead>) {
         let request = Request::new(spec, self.key_block_size, ahead, &mut self.scratch);
+        request.prefetch_keys();
         let slot = match self.free_slots.pop() {
             Some(slot) => slot,
             None => {
