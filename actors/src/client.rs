@@ -117,9 +117,6 @@ pub struct ClientWiring {
 struct Call {
     key: u64,
     name: String,
-    request: String,
-    node: String,
-    parents: Vec<String>,
     /// The request's slot while it lives.
     live: usize,
     node_index: usize,
@@ -135,6 +132,26 @@ struct Call {
     request_e2e_us: Option<u64>,
     settled_us: Option<u64>,
     disaggregated: Option<Box<Disaggregated>>,
+}
+
+/// The names a call's record carries besides its own: its request's id, its node's and the
+/// node's parents'.
+struct Names {
+    request: String,
+    node: String,
+    parents: Vec<String>,
+}
+
+impl Names {
+    /// Node `node`'s names, taken from the spec of a request that is ending (its id taken too
+    /// when `last`, else copied).
+    fn take(spec: &mut RequestSpec, node: usize, last: bool) -> Names {
+        Names {
+            request: if last { std::mem::take(&mut spec.id) } else { spec.id.clone() },
+            node: std::mem::take(&mut spec.nodes[node].id),
+            parents: std::mem::take(&mut spec.nodes[node].parents),
+        }
+    }
 }
 
 /// Something the client does at a time of its own.
@@ -386,9 +403,6 @@ impl Client {
                     Box::new(Call {
                         key,
                         name: if single { spec.id.clone() } else { format!("{}/{}", spec.id, node.id) },
-                        request: spec.id.clone(),
-                        node: node.id.clone(),
-                        parents: node.parents.clone(),
                         live,
                         node_index: i,
                         sent_us: None,
@@ -623,7 +637,7 @@ impl Client {
         if self.live.get(&live).is_none_or(|r| r.unsettled > 0) {
             return;
         }
-        let request = self.live.remove(&live).expect("checked above");
+        let mut request = self.live.remove(&live).expect("checked above");
         let all_done = request.nodes.iter().all(|&n| n == NodeState::Done);
         if all_done
             && let Some(last) = request.calls.iter().flatten().max_by_key(|&&c| self.calls[&c].fate_time())
@@ -633,10 +647,15 @@ impl Client {
         }
         let settle_key = (now_us, self.index, self.ended);
         self.ended += 1;
-        for key in request.calls.iter().flatten() {
+        // The records take the request's names from its spec, which ends here: the last
+        // call's record takes the request's id itself.
+        let last_call = request.calls.iter().rposition(Option::is_some);
+        for (i, key) in request.calls.iter().enumerate() {
+            let Some(key) = key else { continue };
             let call = self.calls.remove(key).expect("a live request's call");
             let fate = call.fate.clone().expect("an ended request's calls are settled");
-            self.ledger.settle(settle_key, self.record(*call, fate));
+            let names = Names::take(&mut request.spec, i, Some(i) == last_call);
+            self.ledger.settle(settle_key, self.record(*call, names, fate));
         }
         match self.pacing {
             Pacing::Closed { think_time_s, .. } => {
@@ -773,28 +792,30 @@ impl Client {
     /// in arrival order and calls in node order; a call without an answer gets its fate from
     /// `unanswered` (given its key), a call never sent is not started.
     pub fn unended_records(&mut self, mut unanswered: impl FnMut(u64) -> Fate) -> Vec<CallRecord> {
-        let keys: Vec<u64> = self.live.values().flat_map(|r| r.calls.iter().flatten().copied()).collect();
-        self.live.clear();
-        keys.into_iter()
-            .map(|key| {
-                let call = self.calls.remove(&key).expect("a live request's call");
+        let mut records = Vec::new();
+        for (_, mut request) in std::mem::take(&mut self.live) {
+            for (i, key) in request.calls.iter().enumerate() {
+                let Some(key) = key else { continue };
+                let call = self.calls.remove(key).expect("a live request's call");
                 let fate = call.fate.clone().unwrap_or_else(|| match call.sent_us {
                     Some(_) => unanswered(call.key),
                     None => Fate::NotStarted,
                 });
-                self.record(*call, fate)
-            })
-            .collect()
+                let names = Names::take(&mut request.spec, i, false);
+                records.push(self.record(*call, names, fate));
+            }
+        }
+        records
     }
 
     /// The record of `call`, which ended as `fate` (the run stamps its replication).
-    fn record(&self, call: Call, fate: Fate) -> CallRecord {
+    fn record(&self, call: Call, names: Names, fate: Fate) -> CallRecord {
         CallRecord {
             replication: 0,
             request_id: call.name,
-            request: call.request,
-            node: call.node,
-            parents: call.parents,
+            request: names.request,
+            node: names.node,
+            parents: names.parents,
             client: self.name.clone(),
             arrival_us: call.arrival_us,
             input_tokens: call.input_tokens,

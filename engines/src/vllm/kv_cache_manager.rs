@@ -201,6 +201,12 @@ impl KvCacheManager {
             request.has_table = true;
             self.tables += 1;
         }
+        if request.blocks.capacity() == 0 {
+            // Room for every block it can come to hold, so its list grows without copies.
+            let most =
+                self.blocks_holding((request.num_prompt_tokens + request.max_tokens).min(self.max_model_len));
+            request.blocks.reserve_exact(most.max(required));
+        }
         let missing = required.saturating_sub(request.blocks.len()) as u32;
         if missing > 0 {
             let start = new_blocks.len();
