@@ -48,3 +48,54 @@ impl CallLedger {
         settled.into_iter().map(|(_, record)| record).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use blis_contracts::Fate;
+
+    use super::*;
+
+    fn record(request_id: &str, node: &str) -> CallRecord {
+        CallRecord {
+            replication: 0,
+            request_id: request_id.into(),
+            request: request_id.into(),
+            node: node.into(),
+            parents: Vec::new(),
+            client: "c".into(),
+            arrival_us: 0,
+            input_tokens: 1,
+            output_tokens: 1,
+            instance: "e".into(),
+            cached_tokens: 0,
+            preemptions: 0,
+            fate: Fate::Completed,
+            settled_us: None,
+            token_latency_us: vec![1],
+            request_e2e_us: None,
+            disaggregated: None,
+        }
+    }
+
+    fn names(records: &[CallRecord]) -> Vec<String> {
+        records.iter().map(|r| format!("{}/{}", r.request_id, r.node)).collect()
+    }
+
+    #[test]
+    fn records_drain_in_key_order_a_requests_nodes_in_the_order_settled() {
+        let ledger = CallLedger::new();
+        // Settled out of key order (a later client's request ending at the same time first),
+        // with one request's two nodes under one key.
+        ledger.settle((20, 1, 0), record("b-0", "llm"));
+        ledger.settle((20, 0, 0), record("a-0", "x"));
+        ledger.settle((20, 0, 0), record("a-0", "y"));
+        ledger.settle((10, 0, 1), record("a-1", "llm"));
+        assert_eq!(names(&ledger.drain()), ["a-1/llm", "a-0/x", "a-0/y", "b-0/llm"]);
+        // Already in order: the same order, and only what settled since the last drain.
+        ledger.settle((30, 0, 2), record("a-2", "x"));
+        ledger.settle((30, 0, 2), record("a-2", "y"));
+        ledger.settle((31, 1, 1), record("b-1", "llm"));
+        assert_eq!(names(&ledger.drain()), ["a-2/x", "a-2/y", "b-1/llm"]);
+        assert!(ledger.drain().is_empty());
+    }
+}
