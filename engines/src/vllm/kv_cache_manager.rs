@@ -192,6 +192,12 @@ impl KvCacheManager {
         if to_allocate > self.pool.num_free() as usize {
             return false;
         }
+        if request.blocks.capacity() == 0 {
+            // Room for every block it can come to hold, so its list grows without copies.
+            let most =
+                self.blocks_holding((request.num_prompt_tokens + request.max_tokens).min(self.max_model_len));
+            request.blocks.reserve_exact(most.max(required));
+        }
         if !hits.is_empty() {
             self.pool.touch(hits);
             request.blocks.extend_from_slice(hits);
@@ -200,12 +206,6 @@ impl KvCacheManager {
         if !request.has_table {
             request.has_table = true;
             self.tables += 1;
-        }
-        if request.blocks.capacity() == 0 {
-            // Room for every block it can come to hold, so its list grows without copies.
-            let most =
-                self.blocks_holding((request.num_prompt_tokens + request.max_tokens).min(self.max_model_len));
-            request.blocks.reserve_exact(most.max(required));
         }
         let missing = required.saturating_sub(request.blocks.len()) as u32;
         if missing > 0 {

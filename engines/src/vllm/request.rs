@@ -151,8 +151,12 @@ impl Request {
     }
 
     /// Start fetching its full blocks' keys when they were made ahead, on another thread: they
-    /// are first read when it is admitted, a step or more later.
+    /// are first read when it is admitted, a step or more later. (Keys hashed here were just
+    /// written.)
     pub(crate) fn prefetch_keys(&self) {
+        if self.keys_ahead.is_none() {
+            return;
+        }
         for key in self.block_keys().iter().step_by(KEYS_PER_CACHE_LINE) {
             mem_prefetch::prefetch_read_data::<_, 3>(key);
         }
