@@ -23,7 +23,9 @@ use std::sync::Arc;
 use blis_contracts::{Disaggregated, Endpoint, Rank, RankShares, StepGraph, StepMode};
 use blis_engines::vllm::connector::KvTransferParams;
 use blis_engines::vllm::{EngineRequest, FinishedRequest, KvEvent, SchedulerEvent, VllmEngine};
-use blis_kernel::{Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, TimeAdvance};
+use blis_kernel::{
+    Actor, ActorId, Context, Description, Event, KeyTable, Outbox, SimDuration, SimTime, TimeAdvance,
+};
 
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
@@ -133,7 +135,7 @@ pub struct EngineHost {
     device_free: SimTime,
     batch_ends: VecDeque<SimTime>,
     last_transition: SimTime,
-    clients: BTreeMap<u64, ActorId>,
+    clients: KeyTable<ActorId>,
     /// Requests whose first token the router wants to hear of, not yet produced.
     first_token_pending: BTreeSet<u64>,
     finished: Vec<FinishedRequest>,
@@ -186,7 +188,7 @@ impl EngineHost {
             device_free: SimTime::ZERO,
             batch_ends: VecDeque::new(),
             last_transition: SimTime::ZERO,
-            clients: BTreeMap::new(),
+            clients: KeyTable::new(),
             first_token_pending: BTreeSet::new(),
             finished: Vec::new(),
             answered: keep_answered.then(Vec::new),
@@ -548,7 +550,7 @@ impl EngineHost {
         // vLLM frees an aborted request's blocks at once; a request already finished (its
         // answer on the way) is unknown to the scheduler and nothing happens.
         if self.engine.abort(abort.key).is_some() {
-            self.clients.remove(&abort.key);
+            self.clients.remove(abort.key);
             self.first_token_pending.remove(&abort.key);
             self.aborted += 1;
             if let Some(notes) = out.notes() {
@@ -630,7 +632,7 @@ impl EngineHost {
         if !self.first_token_pending.is_empty() {
             for &(key, token) in &self.engine.last_update().tokens {
                 if token.is_some() && self.first_token_pending.remove(&key) {
-                    let client = self.clients[&key];
+                    let client = *self.clients.get(key).expect("a request accepted here has a client");
                     out.send(
                         self.router,
                         self.delay_to_router,
@@ -642,7 +644,7 @@ impl EngineHost {
         self.publish(now, out);
         let mut finished = std::mem::take(&mut self.finished);
         for done in finished.drain(..) {
-            let client = self.clients.remove(&done.key).expect("a finished request was accepted here");
+            let client = self.clients.remove(done.key).expect("a finished request was accepted here");
             if let Some(answered) = &mut self.answered {
                 answered.push(done.key);
             }
@@ -885,7 +887,7 @@ impl Actor<ClusterMessage> for EngineHost {
     fn check(&self, violations: &mut Vec<String>) {
         self.engine.check_invariants(violations);
         for (key, _) in self.engine.scheduler().held() {
-            if !self.clients.contains_key(&key) {
+            if !self.clients.contains_key(key) {
                 violations.push(format!("I4 request {key} is held with no client to answer"));
             }
         }

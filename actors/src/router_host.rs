@@ -31,7 +31,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use blis_kernel::{Actor, ActorId, Context, Event, Outbox, SimDuration, SimTime, Streams, TimeAdvance};
+use blis_kernel::{
+    Actor, ActorId, Context, Event, KeyTable, Outbox, SimDuration, SimTime, Streams, TimeAdvance,
+};
 use blis_router::flow_control::config::{CLEANUP_SWEEP_INTERVAL_US, DISPATCH_TICK_US};
 use blis_router::flow_control::{DEFAULT_FAIRNESS_ID, Finished, FlowController, ReclamationConfig, Ticket};
 use blis_router::plugins::PluginKind;
@@ -58,7 +60,7 @@ pub struct RouterHost {
     routed: u64,
     refused: u64,
     /// Where each unanswered call went, for its abort.
-    destinations: BTreeMap<u64, ActorId>,
+    destinations: KeyTable<ActorId>,
     /// Calls evicted in flight (already answered): whatever their engine still sends is dropped.
     evicted: BTreeSet<u64>,
     last_transition: SimTime,
@@ -306,7 +308,7 @@ impl RouterHost {
             delay_to_client,
             routed: 0,
             refused: 0,
-            destinations: BTreeMap::new(),
+            destinations: KeyTable::new(),
             evicted: BTreeSet::new(),
             last_transition: SimTime::ZERO,
         }
@@ -504,7 +506,7 @@ impl RouterHost {
             if let Some(notes) = out.notes() {
                 notes.decision("decisions", "evict").arg("request", key).arg("saturation", saturation);
             }
-            let engine = self.destinations.remove(&key).expect("a revoked call went to an engine");
+            let engine = self.destinations.remove(key).expect("a revoked call went to an engine");
             out.send(engine, self.delay_to_engine, ClusterMessage::Abort(CallAbort { key, client }));
             self.evicted.insert(key);
             let refusal = blis_router::flow_control::evicted_in_flight();
@@ -661,7 +663,7 @@ impl Actor<ClusterMessage> for RouterHost {
                     ClusterMessage::Abort(abort) if self.cancel_held(abort.key) => {}
                     ClusterMessage::Abort(abort) => {
                         // An abort for a call already answered has nowhere to go.
-                        if let Some(engine) = self.destinations.remove(&abort.key) {
+                        if let Some(engine) = self.destinations.remove(abort.key) {
                             self.settled(abort.key, now);
                             out.send(engine, self.delay_to_engine, ClusterMessage::Abort(abort));
                         }
@@ -672,7 +674,7 @@ impl Actor<ClusterMessage> for RouterHost {
                         if self.evicted.remove(&answer.key()) => {}
                     ClusterMessage::FirstToken(first) if self.evicted.contains(&first.key) => {}
                     answer @ (ClusterMessage::Completion(_) | ClusterMessage::Rejection(_)) => {
-                        self.destinations.remove(&answer.key());
+                        self.destinations.remove(answer.key());
                         self.response_header(answer.key());
                         self.settled(answer.key(), now);
                         out.send(answer.client(), self.delay_to_client, answer);

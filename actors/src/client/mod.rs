@@ -12,6 +12,8 @@
 //! descendants unsent. When a request ends, its calls' records leave the client through the
 //! run's [`CallLedger`]; the client keeps nothing of a request after it ends.
 
+mod window;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,10 +22,11 @@ use blis_contracts::{
 };
 use blis_engines::vllm::EngineRequest;
 use blis_kernel::{
-    Actor, ActorId, Context, Description, Event, Outbox, SimDuration, SimTime, Streams, Substream,
+    Actor, ActorId, Context, Description, Event, KeyTable, Outbox, SimDuration, SimTime, Streams, Substream,
     TimeAdvance,
 };
 
+use self::window::Window;
 use crate::draws::{DrawAhead, Drawn, DrawnPrompt, NodeDraws, TokenDraws};
 use crate::ledger::CallLedger;
 use crate::message::{CallAbort, CallRequest, ClusterMessage};
@@ -197,10 +200,9 @@ pub struct Client {
     stage_waiting: bool,
     timers: BTreeMap<(u64, u64), Timer>,
     timer_sequence: u64,
-    live: BTreeMap<usize, Box<LiveRequest>>,
-    next_live: usize,
+    live: Window<Box<LiveRequest>>,
     /// The calls of live requests, by key.
-    calls: BTreeMap<u64, Box<Call>>,
+    calls: KeyTable<Box<Call>>,
     ledger: CallLedger,
     ended: u64,
     outstanding: u64,
@@ -275,9 +277,8 @@ impl Client {
             stage_waiting: false,
             timers: BTreeMap::new(),
             timer_sequence: 0,
-            live: BTreeMap::new(),
-            next_live: 0,
-            calls: BTreeMap::new(),
+            live: Window::default(),
+            calls: KeyTable::new(),
             ledger,
             ended: 0,
             outstanding: 0,
@@ -390,8 +391,7 @@ impl Client {
             }
             nodes.push(NodeState::Blocked(node.parents.len() as u32));
         }
-        let live = self.next_live;
-        self.next_live += 1;
+        let live = self.live.next_key();
         let single = spec.calls().count() == 1;
         let mut calls = vec![None; n];
         for (i, node) in spec.nodes.iter().enumerate() {
@@ -421,22 +421,20 @@ impl Client {
                 );
             }
         }
-        self.live.insert(
-            live,
-            Box::new(LiveRequest {
-                arrival_us: now_us,
-                stage: planned.stage,
-                exchanges: vec![None; n],
-                unsettled: n,
-                nodes,
-                calls,
-                children,
-                spec,
-                drawn,
-            }),
-        );
+        let pushed = self.live.push(Box::new(LiveRequest {
+            arrival_us: now_us,
+            stage: planned.stage,
+            exchanges: vec![None; n],
+            unsettled: n,
+            nodes,
+            calls,
+            children,
+            spec,
+            drawn,
+        }));
+        debug_assert_eq!(pushed, live, "the request is held under the key its calls name");
         for i in 0..n {
-            if self.live[&live].nodes[i] == NodeState::Blocked(0) {
+            if self.live.get(live).expect("a live request").nodes[i] == NodeState::Blocked(0) {
                 self.start_node(live, i, now_us, out);
             }
         }
@@ -444,7 +442,7 @@ impl Client {
 
     /// Start node `i` of live request `live`: send its call or start its timer.
     fn start_node(&mut self, live: usize, i: usize, now_us: u64, out: &mut Outbox<ClusterMessage>) {
-        let request = self.live.get_mut(&live).expect("a live request");
+        let request = self.live.get_mut(live).expect("a live request");
         request.nodes[i] = NodeState::Running;
         match request.spec.nodes[i].kind {
             NodeKind::Tool(duration_us) | NodeKind::Interval(duration_us) => {
@@ -528,15 +526,15 @@ impl Client {
 
     /// Send LLM node `node` of `live` to the router.
     fn send(&mut self, live: usize, node: usize, now_us: u64, out: &mut Outbox<ClusterMessage>) {
-        let mut drawn = self.live.get_mut(&live).and_then(|r| r.drawn.as_mut()).and_then(|d| d.take(node));
+        let mut drawn = self.live.get_mut(live).and_then(|r| r.drawn.as_mut()).and_then(|d| d.take(node));
         let keys_ahead = drawn.as_mut().and_then(|d| d.keys.take());
-        let request = &self.live[&live];
+        let request = self.live.get(live).expect("a live request");
         let NodeKind::Llm(call) = &request.spec.nodes[node].kind else {
             unreachable!("only an LLM node is sent")
         };
         let (priority, output_tokens, timeout_us) = (call.priority, call.output_tokens, call.timeout_us);
         let index = request.calls[node].expect("an LLM node has a call");
-        let record = &self.calls[&index];
+        let record = self.calls.get(index).expect("a live request's call");
         let prompt: Arc<[u32]> = match drawn.as_ref().map(|d| &d.prompt) {
             Some(DrawnPrompt::Whole(prompt)) => prompt.clone(),
             _ => self.prompt(request, node, call, drawn.as_ref()).into(),
@@ -562,9 +560,9 @@ impl Client {
             output_token_ids: output.clone(),
             arrival_us: now_us,
         };
-        self.live.get_mut(&live).expect("a live request").exchanges[node] =
+        self.live.get_mut(live).expect("a live request").exchanges[node] =
             Some(Exchange { prompt: prompt.clone(), output });
-        let record = self.calls.get_mut(&index).expect("a live request's call");
+        let record = self.calls.get_mut(index).expect("a live request's call");
         record.sent_us = Some(now_us);
         record.arrival_us = now_us;
         record.input_tokens = prompt.len() as u32;
@@ -573,7 +571,7 @@ impl Client {
             self.schedule(now_us.saturating_add(timeout_us), Timer::Timeout { call: index });
         }
         if let Some(notes) = out.notes() {
-            let record = &self.calls[&index];
+            let record = self.calls.get(index).expect("a live request's call");
             notes
                 .phase_begin("request", key, record.name.clone())
                 .arg("input_tokens", u64::from(record.input_tokens))
@@ -596,7 +594,7 @@ impl Client {
 
     /// Node `i` of `live` ended (`ok`: successfully); release what it unblocks.
     fn settle(&mut self, live: usize, i: usize, ok: bool, now_us: u64, out: &mut Outbox<ClusterMessage>) {
-        let request = self.live.get_mut(&live).expect("a live request");
+        let request = self.live.get_mut(live).expect("a live request");
         request.nodes[i] = if ok { NodeState::Done } else { NodeState::Failed };
         request.unsettled -= 1;
         let mut ready = Vec::new();
@@ -621,7 +619,7 @@ impl Client {
         }
         for child in failed {
             if let Some(call) = request.calls[child] {
-                self.calls.get_mut(&call).expect("a live request's call").fate = Some(Fate::NotStarted);
+                self.calls.get_mut(call).expect("a live request's call").fate = Some(Fate::NotStarted);
             }
         }
         ready.sort_unstable();
@@ -634,15 +632,19 @@ impl Client {
     /// End `live` if all its nodes are settled: write the request's end to end time, hand its
     /// calls' records to the ledger and let the pacing release what waits for it.
     fn maybe_end(&mut self, live: usize, now_us: u64) {
-        if self.live.get(&live).is_none_or(|r| r.unsettled > 0) {
+        if self.live.get(live).is_none_or(|r| r.unsettled > 0) {
             return;
         }
-        let mut request = self.live.remove(&live).expect("checked above");
+        let mut request = self.live.remove(live).expect("checked above");
         let all_done = request.nodes.iter().all(|&n| n == NodeState::Done);
         if all_done
-            && let Some(last) = request.calls.iter().flatten().max_by_key(|&&c| self.calls[&c].fate_time())
+            && let Some(last) = request
+                .calls
+                .iter()
+                .flatten()
+                .max_by_key(|&&c| self.calls.get(c).expect("a live request's call").fate_time())
         {
-            self.calls.get_mut(last).expect("a live request's call").request_e2e_us =
+            self.calls.get_mut(*last).expect("a live request's call").request_e2e_us =
                 Some(now_us - request.arrival_us);
         }
         let settle_key = (now_us, self.index, self.ended);
@@ -652,7 +654,7 @@ impl Client {
         let last_call = request.calls.iter().rposition(Option::is_some);
         for (i, key) in request.calls.iter().enumerate() {
             let Some(key) = key else { continue };
-            let call = self.calls.remove(key).expect("a live request's call");
+            let call = self.calls.remove(*key).expect("a live request's call");
             let fate = call.fate.clone().expect("an ended request's calls are settled");
             let names = Names::take(&mut request.spec, i, Some(i) == last_call);
             self.ledger.settle(settle_key, self.record(*call, names, fate));
@@ -676,7 +678,7 @@ impl Client {
     fn receive(&mut self, now_us: u64, message: ClusterMessage, out: &mut Outbox<ClusterMessage>) {
         let index = message.key();
         // A call whose request already ended was answered after its timeout.
-        let Some(call) = self.calls.get_mut(&index) else { return };
+        let Some(call) = self.calls.get_mut(index) else { return };
         if call.fate.is_some() {
             // Answered after its timeout: already settled.
             return;
@@ -737,7 +739,7 @@ impl Client {
         match timer {
             Timer::NodeEnds { live, node } => self.settle(live, node, true, now_us, out),
             Timer::Timeout { call: key } => {
-                let Some(call) = self.calls.get_mut(&key).filter(|c| c.fate.is_none()) else { return };
+                let Some(call) = self.calls.get_mut(key).filter(|c| c.fate.is_none()) else { return };
                 call.fate = Some(Fate::TimedOut);
                 call.settled_us = Some(now_us);
                 let (live, node) = (call.live, call.node_index);
@@ -793,10 +795,10 @@ impl Client {
     /// `unanswered` (given its key), a call never sent is not started.
     pub fn unended_records(&mut self, mut unanswered: impl FnMut(u64) -> Fate) -> Vec<CallRecord> {
         let mut records = Vec::new();
-        for (_, mut request) in std::mem::take(&mut self.live) {
+        for mut request in self.live.take_all() {
             for (i, key) in request.calls.iter().enumerate() {
                 let Some(key) = key else { continue };
-                let call = self.calls.remove(key).expect("a live request's call");
+                let call = self.calls.remove(*key).expect("a live request's call");
                 let fate = call.fate.clone().unwrap_or_else(|| match call.sent_us {
                     Some(_) => unanswered(call.key),
                     None => Fate::NotStarted,
