@@ -377,10 +377,12 @@ fn the_cohort_carries_most_decode_tokens_of_a_plain_workload() {
             }
         }
         assert_eq!(finished, 16);
-        // Each request is listed about twice per 16-token block (a new block, then a filled
-        // one) and near its end; the cohort carries the rest.
+        // Each request is listed about twice per 16-token block (the schedule that could be the
+        // first to see it filled, then the one that caches it and takes a new one) and near its
+        // end; the cohort carries the rest: 4,176 tokens against 608 listed (3,888 against 896
+        // when a run's updates could not fill its block).
         assert!(
-            carried > 4 * listed,
+            carried > 6 * listed,
             "asynchronous {asynchronous}: the cohort carried {carried} decode tokens, the walk listed {listed}"
         );
     }

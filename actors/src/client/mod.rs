@@ -684,20 +684,18 @@ impl Client {
             return;
         }
         let ok = match message {
-            ClusterMessage::Completion(m) => {
+            ClusterMessage::Completion(mut m) => {
                 // Every token took the same way back; the last one arrives now.
                 let back = now_us - m.token_times_us.last().copied().unwrap_or(now_us);
                 let mut previous = call.arrival_us;
-                call.token_latency_us = m
-                    .token_times_us
-                    .iter()
-                    .map(|&t| {
-                        let seen = t + back;
-                        let gap = seen - previous;
-                        previous = seen;
-                        gap
-                    })
-                    .collect();
+                // The engine's list of token times becomes the list of gaps, in place.
+                let mut gaps = std::mem::take(&mut m.token_times_us);
+                for time in &mut gaps {
+                    let seen = *time + back;
+                    *time = seen - previous;
+                    previous = seen;
+                }
+                call.token_latency_us = gaps;
                 call.instance = Some(m.instance);
                 call.fate = Some(Fate::Completed);
                 call.cached_tokens = m.cached_tokens;

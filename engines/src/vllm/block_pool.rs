@@ -268,6 +268,7 @@ impl BlockPool {
 
     /// Start fetching what taking the queued block `ahead` places behind the head will read
     /// (the block, and its index slot if it is cached).
+    #[inline]
     fn prefetch_queued(&self, ahead: u64) {
         let Some((id, folded)) = self.free_queue.peek(ahead) else { return };
         if id == NONE {
@@ -479,6 +480,7 @@ impl BlockPool {
         }
     }
 
+    #[inline]
     fn push_tail(&mut self, id: u32) {
         if self.free_queue.is_full() {
             self.compact_free_queue();

@@ -221,24 +221,31 @@ impl Cohort {
         let tokens_landed = computed + 1;
         let in_flight = if self.asynchronous { request.num_output_placeholders } else { 1 };
         debug_assert_eq!(request.num_tokens() + in_flight, tokens_landed, "a decoding request");
-        // The run's updates leave it at most this many tokens: short of its last token, and of
-        // the end of the block after its cached ones (none is keyed or cached in the run; if a
-        // full block is not cached yet, there is no run).
-        let mut last_tokens = prompt_and_output - 1;
-        let block_size = limits.block_size;
-        if limits.caching {
-            let cached = request.num_cached_blocks.unwrap_or(0) as u32;
-            last_tokens = last_tokens.min((cached + 1) * block_size - 1);
-        }
+        // The run's updates leave it short of its last token (the update that lands it
+        // finishes the request).
+        let last_tokens = prompt_and_output - 1;
         if last_tokens <= tokens_landed {
             return false;
         }
+        let mut length = last_tokens - tokens_landed;
+        if limits.caching {
+            // No schedule of the run sees the block after its cached ones full: vLLM caches a
+            // block at the first schedule after the update that fills it, and that schedule is
+            // a walk. A schedule sees at most the updates of the batches before it, so the
+            // run's last update may fill the block (the request is keyed as it is settled).
+            let cached = request.num_cached_blocks.unwrap_or(0) as u32;
+            let filled_at = (cached + 1) * limits.block_size;
+            if filled_at <= tokens_landed {
+                return false;
+            }
+            length = length.min(filled_at - tokens_landed);
+        }
         // Its schedules need no new block.
-        let capacity = request.blocks.len() as u32 * block_size;
+        let capacity = request.blocks.len() as u32 * limits.block_size;
         if computed >= capacity {
             return false;
         }
-        let length = u64::from((last_tokens - tokens_landed).min(capacity - computed)).min(LONGEST_RUN);
+        let length = u64::from(length.min(capacity - computed)).min(LONGEST_RUN);
         let first = batch + 1;
         let run = CohortRun {
             first,
