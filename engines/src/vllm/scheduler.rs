@@ -1029,11 +1029,16 @@ impl Scheduler {
                 let start = out.blocks.len() as u32;
                 let allocated = self.kv.allocate_running(request, n, &mut out.blocks);
                 assert!(allocated, "a step beside the cohort found its blocks free");
+                if n == 1 && self.cohort.try_rejoin(handle, request, batch, run_limits) {
+                    // Counted in the cohort's part of the batch (whose tokens the budget is
+                    // charged with), not listed; the step's new blocks still hold the one it took.
+                    continue;
+                }
+                budget -= n;
                 let span = BlockSpan { start, len: out.blocks.len() as u32 - start };
                 let at = describe_running(out, self.describe_running, request, handle, n, computed, span);
                 let samples = request.advance(n, limits.async_scheduling);
                 out.scheduled[at].samples = samples;
-                budget -= n;
                 joined = samples && n == 1 && self.cohort.try_join(handle, request, batch, run_limits);
             }
             if !joined {
@@ -1253,6 +1258,15 @@ impl Scheduler {
     ) {
         self.clock_us = now_us;
         out.cohort_tokens = self.cohort.complete(batch.batch, now_us, batch.cohort);
+        let filling = self.cohort.take_filling(batch.batch);
+        for &(first, handle) in &filling {
+            if let (generation, Some(request)) = &mut self.slots[handle.slot as usize]
+                && *generation == handle.generation
+            {
+                self.cohort.cut_at_fill(handle, request, first);
+            }
+        }
+        self.cohort.give_back_filling(batch.batch, filling);
         out.tokens.clear();
         out.finished.clear();
         out.kv_events.clear();

@@ -13,6 +13,14 @@
 //! update of a batch that lists it; a preemption; an abort), and after it leaves, at every update
 //! until its run's last batches have completed. Token times come from a log of batch end times.
 //!
+//! A run ends before the first schedule that needs a new block or could see a filled block
+//! (vLLM caches a block at the first schedule after the update that fills it); whether a
+//! schedule sees the update just before it depends on the engine's loop, so a run whose
+//! schedules go on past the filling update is cut if that update comes first. The walk that
+//! caches the block and takes the next one may keep the request in the cohort, its run going
+//! on, rather than list it: under asynchronous scheduling its run's last updates are still in
+//! flight then, so a fresh run could not start until the schedule after.
+//!
 //! The walk is the faithful one for everything not in the cohort, in running order; a step where
 //! the budget or the free blocks could bind (so that order decides who gets what) first
 //! disbands the cohort and walks every request. Outputs are identical to stepping every request
@@ -75,6 +83,58 @@ pub(crate) struct RunLimits {
     pub(crate) max_model_len: u32,
 }
 
+/// How long a run may go on after the batch that last advanced its request.
+#[derive(Clone, Copy, Debug)]
+struct RunLimit {
+    /// Batches it may run.
+    length: u64,
+    /// Batches until the update that fills the block after the request's cached ones, when
+    /// its schedules may go on after that update.
+    fills_in: Option<u64>,
+}
+
+/// The run a decoding request with `computed` tokens (its last just scheduled) and `in_flight`
+/// batches listing it may have, if any: nothing may happen to it in the run but one token a
+/// batch.
+fn run_limit(request: &Request, computed: u32, in_flight: u32, limits: RunLimits) -> Option<RunLimit> {
+    let prompt_and_output = request.num_prompt_tokens + request.max_tokens;
+    if prompt_and_output >= limits.max_model_len {
+        return None;
+    }
+    // Its tokens once the batches in flight (all listing it, the latest included) have
+    // completed: a decoding request has computed all of them but the last.
+    let tokens_landed = computed + 1;
+    debug_assert_eq!(request.num_tokens() + in_flight, tokens_landed, "a decoding request");
+    // The run's updates leave it short of its last token (the update that lands it finishes
+    // the request).
+    let last_tokens = prompt_and_output - 1;
+    if last_tokens <= tokens_landed {
+        return None;
+    }
+    let mut fills_in = None;
+    if limits.caching {
+        // No schedule of the run may see the block after its cached ones full: vLLM caches a
+        // block at the first schedule after the update that fills it, and that schedule is a
+        // walk. A schedule sees at most the updates of the batches before it; whether it sees
+        // the one just before it depends on the engine's loop, so a run whose schedules go on
+        // after the filling update is cut when that update comes first
+        // ([`Cohort::cut_at_fill`]). The request is keyed as it is settled.
+        let cached = request.num_cached_blocks.unwrap_or(0) as u32;
+        let filled_at = (cached + 1) * limits.block_size;
+        if filled_at <= tokens_landed {
+            return None;
+        }
+        fills_in = Some(u64::from(filled_at - tokens_landed));
+    }
+    // Its schedules need no new block.
+    let capacity = request.blocks.len() as u32 * limits.block_size;
+    if computed >= capacity {
+        return None;
+    }
+    let length = u64::from((last_tokens - tokens_landed).min(capacity - computed)).min(LONGEST_RUN);
+    Some(RunLimit { length, fills_in })
+}
+
 /// The cohort of one scheduler, and the batch counts it is kept against.
 #[derive(Clone, Debug)]
 pub(crate) struct Cohort {
@@ -98,6 +158,10 @@ pub(crate) struct Cohort {
     /// By batch modulo [`LEAVING_LISTS`]: the members whose run ends the batch before, with
     /// their places in the running list (an entry whose run was cut since is stale).
     leaving: Vec<Vec<(u64, RequestHandle)>>,
+    /// By batch modulo [`LEAVING_LISTS`]: members whose run's schedules go on after the update
+    /// of that batch fills the block after their cached ones, with their run's first batch
+    /// (an entry whose run was cut or ended since is stale).
+    filling: Vec<Vec<(u64, RequestHandle)>>,
     /// Requests that left the cohort before their fields counted their whole run, settled at
     /// every update until they do, so that none waits for a walk that may not reach it (a step
     /// whose budget runs out first) while the end-time log wraps.
@@ -123,6 +187,7 @@ impl Cohort {
             joining_context_tokens: 0,
             end_times: vec![0; LOG_BATCHES],
             leaving: vec![Vec::new(); LEAVING_LISTS],
+            filling: vec![Vec::new(); LEAVING_LISTS],
             departed: Vec::new(),
             dropped: BTreeMap::new(),
             scheduled: 0,
@@ -156,6 +221,34 @@ impl Cohort {
     pub(crate) fn give_back_leaving(&mut self, batch: u64, mut list: Vec<(u64, RequestHandle)>) {
         list.clear();
         self.leaving[batch as usize % LEAVING_LISTS] = list;
+    }
+
+    /// The members whose block after their cached ones the update of `batch` fills (and stale
+    /// entries), each with its run's first batch; give the list back with
+    /// [`Cohort::give_back_filling`].
+    pub(crate) fn take_filling(&mut self, batch: u64) -> Vec<(u64, RequestHandle)> {
+        std::mem::take(&mut self.filling[batch as usize % LEAVING_LISTS])
+    }
+
+    /// Return the (emptied) list [`Cohort::take_filling`] gave, keeping its allocation.
+    pub(crate) fn give_back_filling(&mut self, batch: u64, mut list: Vec<(u64, RequestHandle)>) {
+        list.clear();
+        self.filling[batch as usize % LEAVING_LISTS] = list;
+    }
+
+    /// The update that fills the block after `request`'s cached ones has come before the
+    /// schedules of its run (the run that began at `first`) ended: the run ends with the latest
+    /// scheduled batch, so that the next schedule walks it and caches the block.
+    pub(crate) fn cut_at_fill(&mut self, handle: RequestHandle, request: &mut Request, first: u64) {
+        let slot = handle.slot;
+        let through = self.run_through(slot);
+        let Some(run) = request.cohort_run.as_mut() else { return };
+        if through == 0 || run.first != first || through <= self.scheduled {
+            return;
+        }
+        run.last = self.scheduled;
+        self.run_through[slot as usize] = self.scheduled;
+        self.leaving[(self.scheduled + 1) as usize % LEAVING_LISTS].push((request.running_seq, handle));
     }
 
     /// `request` (`handle`) leaves the cohort as the batch after its run is scheduled: the
@@ -207,62 +300,77 @@ impl Cohort {
         batch: u64,
         limits: RunLimits,
     ) -> bool {
-        let slot = handle.slot;
         if request.cohort_run.is_some() {
             return false;
         }
-        let prompt_and_output = request.num_prompt_tokens + request.max_tokens;
-        if prompt_and_output >= limits.max_model_len {
-            return false;
-        }
         let computed = request.num_computed_tokens;
-        // Its tokens once the batches in flight (all listing it, this one included) have
-        // completed: a decoding request has computed all of them but the last.
-        let tokens_landed = computed + 1;
         let in_flight = if self.asynchronous { request.num_output_placeholders } else { 1 };
-        debug_assert_eq!(request.num_tokens() + in_flight, tokens_landed, "a decoding request");
-        // The run's updates leave it short of its last token (the update that lands it
-        // finishes the request).
-        let last_tokens = prompt_and_output - 1;
-        if last_tokens <= tokens_landed {
-            return false;
-        }
-        let mut length = last_tokens - tokens_landed;
-        if limits.caching {
-            // No schedule of the run sees the block after its cached ones full: vLLM caches a
-            // block at the first schedule after the update that fills it, and that schedule is
-            // a walk. A schedule sees at most the updates of the batches before it, so the
-            // run's last update may fill the block (the request is keyed as it is settled).
-            let cached = request.num_cached_blocks.unwrap_or(0) as u32;
-            let filled_at = (cached + 1) * limits.block_size;
-            if filled_at <= tokens_landed {
-                return false;
-            }
-            length = length.min(filled_at - tokens_landed);
-        }
-        // Its schedules need no new block.
-        let capacity = request.blocks.len() as u32 * limits.block_size;
-        if computed >= capacity {
-            return false;
-        }
-        let length = u64::from(length.min(capacity - computed)).min(LONGEST_RUN);
+        let Some(limit) = run_limit(request, computed, in_flight, limits) else { return false };
         let first = batch + 1;
         let run = CohortRun {
             first,
-            last: first + length - 1,
+            last: batch + limit.length,
             computed_at_first: computed,
             unscheduled: first,
             unupdated: first,
         };
+        self.joining += 1;
+        self.joining_context_tokens += run.context_at(batch);
+        self.start_run(handle, request, run, batch, limit);
+        true
+    }
+
+    /// Let `request` (`handle`), a member whose run ended with the batch before `batch` and
+    /// which this batch's walk gives its one token (its new block taken and its full one
+    /// cached), stay in the cohort from this batch on, its run going on as if it had not left,
+    /// if nothing can happen to it for a while; returns whether it stayed. The walk then does
+    /// not list it. This spares a walk where its run's last updates are still in flight, which
+    /// keeps a fresh run from starting.
+    pub(crate) fn try_rejoin(
+        &mut self,
+        handle: RequestHandle,
+        request: &mut Request,
+        batch: u64,
+        limits: RunLimits,
+    ) -> bool {
+        let Some(run) = request.cohort_run else { return false };
+        if run.last + 1 != batch || run.unscheduled != batch || self.run_through(handle.slot) != 0 {
+            return false;
+        }
+        // Its fields as this batch's token would leave them.
+        let computed = request.num_computed_tokens + 1;
+        let in_flight = if self.asynchronous { request.num_output_placeholders + 1 } else { 1 };
+        let Some(limit) = run_limit(request, computed, in_flight, limits) else { return false };
+        let run = CohortRun { last: batch + limit.length, ..run };
+        // Counted in this batch again, as [`Cohort::leave`] stopped counting it.
+        self.members += 1;
+        self.context_tokens += run.context_at(batch - 1);
+        self.start_run(handle, request, run, batch, limit);
+        true
+    }
+
+    /// Note `run` of `request` (`handle`), planned after batch `batch` within `limit`.
+    fn start_run(
+        &mut self,
+        handle: RequestHandle,
+        request: &mut Request,
+        run: CohortRun,
+        batch: u64,
+        limit: RunLimit,
+    ) {
+        let slot = handle.slot;
         if self.run_through.len() <= slot as usize {
             self.run_through.resize(slot as usize + 1, 0);
         }
         self.run_through[slot as usize] = run.last;
         self.leaving[(run.last + 1) as usize % LEAVING_LISTS].push((request.running_seq, handle));
-        self.joining += 1;
-        self.joining_context_tokens += run.context_at(batch);
+        if let Some(fills_in) = limit.fills_in {
+            let filling_update = batch + fills_in;
+            if filling_update < run.last {
+                self.filling[filling_update as usize % LEAVING_LISTS].push((run.first, handle));
+            }
+        }
         request.cohort_run = Some(run);
-        true
     }
 
     /// Count in `request`'s fields the batches of its run scheduled and completed so far: its
@@ -314,7 +422,7 @@ impl Cohort {
                 self.cut(*handle, request);
             }
         }
-        for list in &mut self.leaving {
+        for list in self.leaving.iter_mut().chain(&mut self.filling) {
             list.clear();
         }
         debug_assert_eq!((self.members, self.context_tokens), (0, 0), "every member runs");
