@@ -183,7 +183,10 @@ pub(crate) struct DrawAhead {
     requests: Option<Receiver<Ahead>>,
     /// The batch being taken, in order.
     batch: VecDeque<(Planned, Drawn)>,
-    spent: Sender<Vec<Option<Vec<u32>>>>,
+    spent: Sender<Spent>,
+    /// Ended requests gathered to be freed on the drawing thread, sent [`FREED_TOGETHER`] at a
+    /// time.
+    to_free: Vec<Box<dyn Send>>,
     thread: Option<JoinHandle<()>>,
     /// What the source's end reported, once it has been read.
     ended: Option<Option<FieldError>>,
@@ -197,7 +200,7 @@ impl DrawAhead {
         draws: TokenDraws,
     ) -> Result<DrawAhead, Box<dyn RequestSource>> {
         let (to_client, requests) = sync_channel::<Ahead>(BATCHES_AHEAD);
-        let (spent, from_client) = channel::<Vec<Option<Vec<u32>>>>();
+        let (spent, from_client) = channel::<Spent>();
         // The source crosses once the thread runs, so a thread that cannot start leaves it here.
         let (hand_over, handed) = sync_channel::<Box<dyn RequestSource>>(1);
         let started = std::thread::Builder::new().name("token-draws".to_owned()).spawn(move || {
@@ -214,6 +217,7 @@ impl DrawAhead {
             requests: Some(requests),
             batch: VecDeque::new(),
             spent,
+            to_free: Vec::new(),
             thread: Some(thread),
             ended: None,
         })
@@ -257,7 +261,19 @@ impl DrawAhead {
     pub(crate) fn give_back(&self, draws: NodeDraws) {
         if let DrawnPrompt::Parts(parts) = draws.prompt {
             // A thread already stopped has no use for them; they are freed here.
-            let _ = self.spent.send(parts);
+            let _ = self.spent.send(Spent::Parts(parts));
+        }
+    }
+
+    /// Free an ended request on the drawing thread, which allocated most of what it holds (its
+    /// spec, its token ids), so that the simulation's thread neither walks it nor frees memory
+    /// another thread owns.
+    pub(crate) fn free_later(&mut self, ended: Box<dyn Send>) {
+        self.to_free.push(ended);
+        if self.to_free.len() >= FREED_TOGETHER {
+            let batch = std::mem::replace(&mut self.to_free, Vec::with_capacity(FREED_TOGETHER));
+            // A thread already stopped has no use for them; they are freed here.
+            let _ = self.spent.send(Spent::Ended(batch));
         }
     }
 }
@@ -273,18 +289,32 @@ impl Drop for DrawAhead {
     }
 }
 
+/// What the client hands back to the drawing thread.
+enum Spent {
+    /// A call's prompt part buffers, to be reused.
+    Parts(Vec<Option<Vec<u32>>>),
+    /// Ended requests, to be freed.
+    Ended(Vec<Box<dyn Send>>),
+}
+
+/// Ended requests sent to the drawing thread together.
+const FREED_TOGETHER: usize = 64;
+
 /// The drawing thread: every request of `source` with its ids, in order, then the end.
 fn draw_ahead(
     source: &mut dyn RequestSource,
     draws: &TokenDraws,
     to_client: &SyncSender<Ahead>,
-    spent: &Receiver<Vec<Option<Vec<u32>>>>,
+    spent: &Receiver<Spent>,
 ) {
     let mut spare: Vec<Vec<u32>> = Vec::new();
     let mut scratch = Vec::new();
     loop {
         for returned in spent.try_iter() {
-            spare.extend(returned.into_iter().flatten());
+            match returned {
+                Spent::Parts(parts) => spare.extend(parts.into_iter().flatten()),
+                Spent::Ended(ended) => drop(ended),
+            }
         }
         let mut batch = Vec::with_capacity(BATCH);
         while batch.len() < BATCH

@@ -673,6 +673,9 @@ impl Client {
             }
             Pacing::Open => {}
         }
+        if let Supply::Ahead(ahead) = &mut self.supply {
+            ahead.free_later(request);
+        }
     }
 
     fn receive(&mut self, now_us: u64, message: ClusterMessage, out: &mut Outbox<ClusterMessage>) {
