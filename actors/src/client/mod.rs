@@ -200,6 +200,8 @@ pub struct Client {
     stage_waiting: bool,
     timers: BTreeMap<(u64, u64), Timer>,
     timer_sequence: u64,
+    /// Requests that have arrived and not ended, by the sequence number each got on arrival
+    /// (timers and calls name them by it).
     live: Window<Box<LiveRequest>>,
     /// The calls of live requests, by key.
     calls: KeyTable<Box<Call>>,
