@@ -81,6 +81,12 @@ impl Agenda {
         }
     }
 
+    /// The actor scheduled at `at` when it is the only one (`at` being the earliest instant).
+    pub(crate) fn lone_at(&self, at: Instant) -> Option<ActorId> {
+        let due = |i: usize| self.heap.get(i).is_some_and(|&(key, _)| agenda_instant(key) == at);
+        (due(0) && !due(1) && !due(2)).then(|| ActorId(self.heap[0].1))
+    }
+
     /// Schedule `actor` at `at`, or unschedule it with `None`.
     pub(crate) fn set(&mut self, actor: ActorId, at: Option<Instant>) {
         let a = actor.index();
@@ -265,6 +271,21 @@ impl<M> MessageQueue<M> {
         self.later.push(time, index);
     }
 
+    /// Whether a message is due exactly at `at`, the earliest pending instant.
+    pub(crate) fn has_due(&mut self, at: Instant) -> bool {
+        self.peek() == Some(at)
+    }
+
+    /// Move on to `at` with nothing due there: what [`MessageQueue::drain_due`] does when it
+    /// has nothing to deliver.
+    pub(crate) fn pass(&mut self, at: Instant) {
+        debug_assert!(!self.has_due(at), "passing over messages due at {at:?}");
+        if at.round == 0 {
+            // Nothing is due before `at`, so the wheel may move on.
+            self.soon.advance(at.time.as_micros());
+        }
+    }
+
     /// Hand every message due exactly at `at` to `deliver`, receiver by receiver, each
     /// receiver's messages in bag order.
     pub(crate) fn drain_due(&mut self, at: Instant, mut deliver: impl FnMut(Envelope<M>)) {
@@ -277,8 +298,7 @@ impl<M> MessageQueue<M> {
         }
         let time = at.time.as_micros();
         if self.earliest_delayed() != Some(time) {
-            // Nothing is due before `time`, so the wheel may move on.
-            self.soon.advance(time);
+            self.pass(at);
             return;
         }
         self.earliest = None;

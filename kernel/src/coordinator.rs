@@ -413,6 +413,11 @@ impl<M: Message> Simulation<M> {
     }
 
     fn round(&mut self, at: Instant) -> Result<(), KernelError> {
+        if let Some(id) = self.agenda.lone_at(at)
+            && !self.queue.has_due(at)
+        {
+            return self.lone_round(at, id);
+        }
         self.gather(at);
         if at.round >= self.max_rounds {
             let mut actors: Vec<String> =
@@ -465,6 +470,40 @@ impl<M: Message> Simulation<M> {
         Ok(())
     }
 
+    /// A round whose only affected actor is `id`, imminent with no bag (most of a run's
+    /// rounds: an engine's next step): the same work and counts as [`Simulation::round`]
+    /// without gathering and sorting.
+    fn lone_round(&mut self, at: Instant, id: ActorId) -> Result<(), KernelError> {
+        if at.round >= self.max_rounds {
+            let actors = vec![self.book[id.index()].name.clone()];
+            return Err(KernelError::RoundLimit { time: at.time, bound: self.max_rounds, actors });
+        }
+        self.queue.pass(at);
+        self.now = at;
+        crate::clock::publish(Some(at));
+        self.stats.rounds += 1;
+        self.stats.transitions += 1;
+        let book = &mut self.book[id.index()];
+        let work = &mut self.works[id.index()];
+        debug_assert!(book.flags == 0 && work.bag.is_empty());
+        work.imminent = true;
+        work.ctx = Context { now: at, elapsed: at.time.saturating_since(book.last_transition) };
+        work.bag_len = 0;
+        if self.describe {
+            work.description.get_or_insert_with(Description::default);
+            work.outbox.notes.get_or_insert_with(Default::default).clear();
+        }
+        self.host.run_round(std::slice::from_ref(&id), &mut self.works);
+        self.settle(at, id)?;
+        self.works[id.index()].outbox.messages.clear();
+        if self.halted.is_none()
+            && let Some(reason) = self.observers.iter().find_map(|o| o.halt())
+        {
+            self.halted = Some(("observer".to_owned(), reason));
+        }
+        Ok(())
+    }
+
     /// Collect the imminent actors and the bags due at `at` into `affected`, in rank order.
     fn gather(&mut self, at: Instant) {
         let (book, works, affected) = (&mut self.book, &mut self.works, &mut self.affected);
@@ -485,10 +524,9 @@ impl<M: Message> Simulation<M> {
         self.affected.sort_unstable_by_key(|&(rank, _)| rank);
     }
 
-    /// Stamp and queue what one actor emitted, schedule its next internal event, tell observers.
-    fn settle(&mut self, at: Instant, id: ActorId) -> Result<(), KernelError> {
+    /// Stamp and queue the messages `id` emitted at `at`, in emission order.
+    fn queue_emitted(&mut self, at: Instant, id: ActorId) -> Result<(), KernelError> {
         let work = &mut self.works[id.index()];
-        let emitted = work.outbox.messages.len();
         let sender_order = SenderOrder(self.book[id.index()].rank);
         for outgoing in work.outbox.messages.drain(..) {
             let Some(receiver_rank) = self.book.get(outgoing.to.index()).map(|r| r.rank) else {
@@ -530,6 +568,17 @@ impl<M: Message> Simulation<M> {
                 None => self.queue.push(pending),
             }
         }
+        Ok(())
+    }
+
+    /// Stamp and queue what one actor emitted, schedule its next internal event, tell observers.
+    fn settle(&mut self, at: Instant, id: ActorId) -> Result<(), KernelError> {
+        let emitted = self.works[id.index()].outbox.messages.len();
+        // Most transitions emit nothing (an engine's steps), and a drain is not free.
+        if emitted > 0 {
+            self.queue_emitted(at, id)?;
+        }
+        let work = &mut self.works[id.index()];
         let book = &mut self.book[id.index()];
         let elapsed = at.time.saturating_since(book.last_transition);
         book.last_transition = at.time;
@@ -572,9 +621,11 @@ impl<M: Message> Simulation<M> {
             for observer in &mut self.observers {
                 observer.on_transition(&record);
             }
-            for violation in work.violations.drain(..) {
-                for observer in &mut self.observers {
-                    observer.on_violation(at, &book.name, &violation);
+            if !work.violations.is_empty() {
+                for violation in work.violations.drain(..) {
+                    for observer in &mut self.observers {
+                        observer.on_violation(at, &book.name, &violation);
+                    }
                 }
             }
         }

@@ -274,6 +274,33 @@ fn the_round_bound_fails_naming_the_actors() {
 }
 
 #[test]
+fn a_lone_actor_meets_the_round_bound_and_is_seen_as_any_other() {
+    // An actor alone at its instant (no bag, nobody else due) takes the coordinator's short
+    // round: the bound, the counts and what observers see are those of a full round.
+    for host in HOSTS {
+        let mut assembly = Assembly::new();
+        assembly.add("alone", Transient { left: u32::MAX }).unwrap();
+        assembly.max_rounds_per_instant(7).unwrap();
+        let mut sim = assembly.build(host).unwrap();
+        let recorder = Recorder::default();
+        sim.observe(recorder.clone());
+        let error = sim.run().unwrap_err();
+        assert_eq!(
+            error,
+            KernelError::RoundLimit { time: SimTime::ZERO, bound: 7, actors: vec!["alone".to_owned()] },
+            "{host:?}"
+        );
+        assert_eq!(sim.stats().rounds, 7, "{host:?}");
+        assert_eq!(sim.stats().transitions, 7, "{host:?}");
+        let seen = recorder.0.borrow();
+        let expected: Vec<Seen> = (0..7)
+            .map(|round| ("alone".to_owned(), at(0, round), TransitionKind::Internal, SimDuration::ZERO, 0))
+            .collect();
+        assert_eq!(*seen, expected, "{host:?}");
+    }
+}
+
+#[test]
 fn the_horizon_stops_before_later_events_and_the_run_can_resume() {
     for host in HOSTS {
         let mut assembly = Assembly::new();

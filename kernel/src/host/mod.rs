@@ -72,12 +72,10 @@ pub(crate) fn perform<M: Message>(actor: &mut dyn Actor<M>, work: &mut Work<M>) 
     if work.imminent {
         actor.output(&ctx, &mut work.outbox);
     }
-    let has_bag = !work.bag.is_empty();
-    let bag = Bag { messages: work.bag.drain(..) };
-    let event = match (work.imminent, has_bag) {
-        (true, false) => Event::Internal,
-        (false, _) => Event::External(bag),
-        (true, true) => Event::Confluent(bag),
+    let event = match (work.imminent, work.bag.is_empty()) {
+        (true, true) => Event::Internal,
+        (false, _) => Event::External(Bag { messages: work.bag.drain(..) }),
+        (true, false) => Event::Confluent(Bag { messages: work.bag.drain(..) }),
     };
     actor.transition(&ctx, event, &mut work.outbox);
     work.next = actor.time_advance();
