@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -81,7 +81,7 @@ impl fmt::Display for CallsOutError {
 pub struct CallsOut {
     header: CallsHeader,
     selection: CallSelection,
-    file: Option<(PathBuf, BufWriter<File>)>,
+    file: Option<ChunkedFile>,
     kept: Vec<CallRecord>,
     reservoir: Vec<(u64, CallRecord)>,
     sampler: Substream,
@@ -103,12 +103,11 @@ impl CallsOut {
         digest: CallsDigest,
     ) -> Result<CallsOut, CallsOutError> {
         let file = match path.filter(|_| selection != CallSelection::None) {
-            Some(path) => Some((
-                path.to_owned(),
-                BufWriter::new(
-                    File::create(path).map_err(|error| CallsOutError { path: path.to_owned(), error })?,
-                ),
-            )),
+            Some(path) => Some(ChunkedFile {
+                path: path.to_owned(),
+                file: File::create(path).map_err(|error| CallsOutError { path: path.to_owned(), error })?,
+                pending: Vec::new(),
+            }),
             None => None,
         };
         Ok(CallsOut {
@@ -127,10 +126,10 @@ impl CallsOut {
     /// Name what serves the calls and write the header line; before any record.
     pub fn begin(&mut self, pools: Vec<ServedPool>) -> Result<(), CallsOutError> {
         self.header.pools = pools;
-        if let Some((path, file)) = &mut self.file {
-            serde_json::to_writer(&mut *file, &self.header)
-                .map_err(|error| CallsOutError { path: path.clone(), error: error.into() })?;
-            file.write_all(b"\n").map_err(|error| CallsOutError { path: path.clone(), error })?;
+        if let Some(file) = &mut self.file {
+            serde_json::to_writer(&mut file.pending, &self.header)
+                .map_err(|error| CallsOutError { path: file.path.clone(), error: error.into() })?;
+            file.pending.push(b'\n');
         }
         Ok(())
     }
@@ -138,22 +137,28 @@ impl CallsOut {
     /// One record, the next in file order; the record is handed back when nothing keeps it (so
     /// that the thread that made it frees it), a displaced sample record in its place.
     pub fn write(&mut self, record: CallRecord) -> Result<Option<CallRecord>, CallsOutError> {
-        let streamed = self.selection == CallSelection::All && self.file.is_some();
-        if streamed || self.digest.is_some() {
-            self.line.clear();
-            record.write_json(&mut self.line);
-            self.line.push(b'\n');
-            if let Some(digest) = &mut self.digest {
-                digest.update(&self.line);
+        match &mut self.file {
+            Some(file) if self.selection == CallSelection::All => {
+                let line = file.push_line(&record);
+                if let Some(digest) = &mut self.digest {
+                    digest.update(line);
+                }
+            }
+            _ => {
+                if let Some(digest) = &mut self.digest {
+                    self.line.clear();
+                    record.write_json(&mut self.line);
+                    self.line.push(b'\n');
+                    digest.update(&self.line);
+                }
             }
         }
         let index = self.seen;
         self.seen += 1;
         Ok(match self.selection {
             CallSelection::All => match &mut self.file {
-                Some((path, file)) => {
-                    file.write_all(&self.line)
-                        .map_err(|error| CallsOutError { path: path.clone(), error })?;
+                Some(file) => {
+                    file.write_when_full()?;
                     Some(record)
                 }
                 None => {
@@ -178,33 +183,155 @@ impl CallsOut {
         })
     }
 
-    /// Write out the sample, flush the file; the header, the records kept in memory and the
+    /// Write out the sample and the lines still pending; the header, the records kept in memory and the
     /// SHA-256 (hex) of every record in file order, unless it was skipped.
     pub fn finish(mut self) -> Result<(CallsHeader, Vec<CallRecord>, Option<String>), CallsOutError> {
         self.reservoir.sort_by_key(|(index, _)| *index);
         for (_, record) in std::mem::take(&mut self.reservoir) {
             match &mut self.file {
-                Some((path, file)) => {
-                    self.line.clear();
-                    record.write_json(&mut self.line);
-                    self.line.push(b'\n');
-                    file.write_all(&self.line)
-                        .map_err(|error| CallsOutError { path: path.clone(), error })?;
+                Some(file) => {
+                    file.push_line(&record);
+                    file.write_when_full()?;
                 }
                 None => self.kept.push(record),
             }
         }
-        if let Some((path, file)) = &mut self.file {
-            file.flush().map_err(|error| CallsOutError { path: path.clone(), error })?;
+        if let Some(file) = &mut self.file {
+            file.write_pending()?;
         }
         let digest = self.digest.map(|d| d.finalize().iter().map(|b| format!("{b:02x}")).collect());
         Ok((self.header, self.kept, digest))
     }
 }
 
+/// The file with the lines not written yet, written in large chunks: records are serialised
+/// straight into the chunk, which saves a buffered writer's copy of every byte.
+struct ChunkedFile {
+    path: PathBuf,
+    file: File,
+    /// Lines not written yet (at most [`ChunkedFile::CHUNK_BYTES`] and a line).
+    pending: Vec<u8>,
+}
+
+impl ChunkedFile {
+    /// Bytes of lines gathered before they are written in one call.
+    const CHUNK_BYTES: usize = 256 * 1024;
+
+    /// Serialise `record` as the next line; the line.
+    fn push_line(&mut self, record: &CallRecord) -> &[u8] {
+        let start = self.pending.len();
+        record.write_json(&mut self.pending);
+        self.pending.push(b'\n');
+        &self.pending[start..]
+    }
+
+    /// Write the pending lines once they fill a chunk.
+    fn write_when_full(&mut self) -> Result<(), CallsOutError> {
+        if self.pending.len() >= Self::CHUNK_BYTES { self.write_pending() } else { Ok(()) }
+    }
+
+    /// Write every pending line.
+    fn write_pending(&mut self) -> Result<(), CallsOutError> {
+        self.file
+            .write_all(&self.pending)
+            .map_err(|error| CallsOutError { path: self.path.clone(), error })?;
+        self.pending.clear();
+        Ok(())
+    }
+}
+
+impl Drop for ChunkedFile {
+    /// A run that ends in an error still leaves the lines it settled in the file, as a buffered
+    /// writer would; the error that ended the run is the one reported.
+    fn drop(&mut self) {
+        let _ = self.write_pending();
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use blis_contracts::{CALLS_SCHEMA, Fate, Writer};
+
     use super::*;
+
+    fn header() -> CallsHeader {
+        CallsHeader {
+            calls: CALLS_SCHEMA.to_owned(),
+            writer: Writer::Run,
+            blis_actor_version: "0".to_owned(),
+            server: None,
+            pools: Vec::new(),
+            workload_sha256: String::new(),
+        }
+    }
+
+    fn record(index: u64) -> CallRecord {
+        CallRecord {
+            replication: 0,
+            request_id: format!("r-{index}"),
+            request: format!("r-{index}"),
+            node: "llm".into(),
+            parents: Vec::new(),
+            client: "c".into(),
+            arrival_us: index,
+            input_tokens: 1,
+            output_tokens: 200,
+            instance: "e".into(),
+            cached_tokens: 0,
+            preemptions: 0,
+            fate: Fate::Completed,
+            settled_us: Some(index + 9),
+            token_latency_us: (0..200).map(|k| 1_000 + index * k).collect(),
+            request_e2e_us: None,
+            disaggregated: None,
+        }
+    }
+
+    fn line(record: &CallRecord) -> Vec<u8> {
+        let mut line = Vec::new();
+        record.write_json(&mut line);
+        line.push(b'\n');
+        line
+    }
+
+    #[test]
+    fn the_file_holds_the_header_and_every_line_in_order_across_many_chunks() {
+        // About 2.5 MB of lines: ten chunks and a partial one, and the digest of the lines.
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("calls.jsonl");
+        let mut out =
+            CallsOut::new(CallSelection::All, Some(&path), 1, header(), CallsDigest::Computed).unwrap();
+        out.begin(Vec::new()).unwrap();
+        let mut expected = serde_json::to_vec(&header()).unwrap();
+        expected.push(b'\n');
+        let mut digest = Sha256::new();
+        for index in 0..2_000 {
+            let record = record(index);
+            let line = line(&record);
+            expected.extend_from_slice(&line);
+            digest.update(&line);
+            assert!(out.write(record).unwrap().is_some(), "a written record is handed back");
+        }
+        let (_, kept, sha) = out.finish().unwrap();
+        assert!(kept.is_empty());
+        assert!(expected.len() > 9 * ChunkedFile::CHUNK_BYTES);
+        assert!(std::fs::read(&path).unwrap() == expected, "the file's bytes differ");
+        let hex: String = digest.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(sha, Some(hex));
+    }
+
+    #[test]
+    fn a_run_that_stops_early_leaves_its_lines_in_the_file() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("calls.jsonl");
+        let mut out =
+            CallsOut::new(CallSelection::All, Some(&path), 1, header(), CallsDigest::Skipped).unwrap();
+        out.begin(Vec::new()).unwrap();
+        out.write(record(0)).unwrap();
+        drop(out);
+        let text = std::fs::read(&path).unwrap();
+        assert!(text.ends_with(&line(&record(0))), "the settled line is written when dropped");
+    }
 
     #[test]
     fn selections_parse_and_refuse() {
