@@ -300,6 +300,42 @@ fn a_lone_actor_meets_the_round_bound_and_is_seen_as_any_other() {
     }
 }
 
+/// Two periodic actors, a starter and a relay chain: rounds with one actor alone, with
+/// several, with bags and with transient states.
+fn mixed_assembly() -> Assembly<Ping> {
+    let mut assembly = Assembly::new();
+    let first = assembly.declare("relay-a").unwrap();
+    let second = assembly.declare("relay-b").unwrap();
+    assembly.install(first, Relay { next: Some(second), delay: SimDuration::from_micros(3) }).unwrap();
+    assembly.install(second, Relay { next: None, delay: SimDuration::ZERO }).unwrap();
+    assembly.add("starter", Starter { to: Some(first), delay: Some(SimDuration::from_micros(7)) }).unwrap();
+    assembly.add("tick", Periodic::new(5, 9)).unwrap();
+    assembly.add("tock", Periodic::new(15, 3)).unwrap();
+    assembly.add("transient", Transient { left: 3 }).unwrap();
+    assembly
+}
+
+#[test]
+fn a_run_sees_the_transitions_and_counts_of_stepping_round_by_round() {
+    // `run` takes the short round for an actor alone at its instant; `step` always takes the
+    // full one. Both must make the same transitions, in the same order, with the same counts.
+    for host in HOSTS {
+        let stepped = Recorder::default();
+        let mut by_step = mixed_assembly().build(host).unwrap();
+        by_step.observe(stepped.clone());
+        while by_step.step().unwrap().is_some() {}
+        let ran = Recorder::default();
+        let mut by_run = mixed_assembly().build(host).unwrap();
+        by_run.observe(ran.clone());
+        assert_eq!(by_run.run().unwrap(), RunEnd::Quiescent { at: by_step.now().time }, "{host:?}");
+        assert_eq!(*ran.0.borrow(), *stepped.0.borrow(), "{host:?}");
+        assert_eq!(by_run.stats(), by_step.stats(), "{host:?}");
+        let lone = ran.0.borrow().iter().filter(|seen| seen.1.time == SimTime::from_micros(5)).count();
+        assert_eq!(lone, 1, "tick is alone at 5 µs: {host:?}");
+        assert!(by_run.stats().rounds < by_run.stats().transitions, "some rounds hold several actors");
+    }
+}
+
 #[test]
 fn the_horizon_stops_before_later_events_and_the_run_can_resume() {
     for host in HOSTS {
