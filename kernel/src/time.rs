@@ -117,12 +117,15 @@ impl SimDuration {
         if micros < 0.0 {
             return Err(TimeError::Negative(micros));
         }
-        let up = micros.ceil();
-        // 2^64 as f64; anything at or above it does not fit.
-        if up >= 18_446_744_073_709_551_616.0 {
+        // 2^64 as f64; anything at or above it does not fit. Below it, a value that is not a
+        // whole number is below 2^53, so its truncation is exact as f64 and the ceiling is one
+        // more; a whole one truncates to itself. That is `f64::ceil`, which is a library call
+        // on the baseline x86-64 target, and every priced step rounds two times.
+        if micros >= 18_446_744_073_709_551_616.0 {
             return Err(TimeError::TooLarge(micros));
         }
-        Ok(SimDuration(up as u64))
+        let truncated = micros as u64;
+        Ok(SimDuration(if (truncated as f64) < micros { truncated + 1 } else { truncated }))
     }
 
     /// [`SimDuration::from_micros_ceil`] for a value in seconds.
@@ -204,6 +207,31 @@ mod tests {
         assert_eq!(SimDuration::from_micros_ceil(4480.0).unwrap().as_micros(), 4480);
         assert_eq!(SimDuration::from_micros_ceil(4480.2).unwrap().as_micros(), 4481);
         assert_eq!(SimDuration::from_secs_ceil(0.5).unwrap().as_micros(), 500_000);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rounding_up_is_the_ceiling_of_any_duration_the_clock_holds(bits in 0u64..0x43F0_0000_0000_0000) {
+            // Every non-negative f64 below 2^64, by its bits: tiny, fractional, past 2^53.
+            let micros = f64::from_bits(bits);
+            let expected = micros.ceil();
+            proptest::prop_assert_eq!(SimDuration::from_micros_ceil(micros).unwrap().as_micros(), expected as u64);
+            proptest::prop_assert_eq!(SimDuration::from_micros_ceil(expected).unwrap().as_micros(), expected as u64);
+        }
+    }
+
+    #[test]
+    fn rounding_at_the_edges_is_the_ceiling() {
+        for micros in
+            [-0.0, f64::MIN_POSITIVE, 0.5, 1.0, 2f64.powi(52) + 0.5, 2f64.powi(53), 2f64.powi(64) - 2048.0]
+        {
+            assert_eq!(
+                SimDuration::from_micros_ceil(micros).unwrap().as_micros(),
+                micros.ceil() as u64,
+                "{micros}"
+            );
+        }
+        assert!(matches!(SimDuration::from_micros_ceil(2f64.powi(64)), Err(TimeError::TooLarge(_))));
     }
 
     #[test]
