@@ -642,6 +642,9 @@ impl EngineHost {
             }
         }
         self.publish(now, out);
+        if self.finished.is_empty() {
+            return;
+        }
         let mut finished = std::mem::take(&mut self.finished);
         for done in finished.drain(..) {
             let client = self.clients.remove(done.key).expect("a finished request was accepted here");

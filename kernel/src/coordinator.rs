@@ -29,6 +29,7 @@ use crate::observer::{Description, Observer, TransitionKind, TransitionRecord};
 use crate::time::{Instant, SimDuration, SimTime};
 
 /// The earlier of two optional instants.
+#[inline]
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
