@@ -159,6 +159,12 @@ impl PrefixIndex {
                 None => listed.push(Holder { endpoint, slot }),
             }
         }
+        // A hash of this add is evicted by it only after every other entry of the full LRU was
+        // refreshed or inserted after it, that is by at least `capacity` later hashes of the add:
+        // with no more hashes than that, every one is still listed and there is no phantom.
+        if hashes.len() <= lru.capacity {
+            return;
+        }
         for &hash in hashes {
             let listed = holders.entry(hash).or_default();
             if !listed.iter().any(|h| h.endpoint == endpoint) {
