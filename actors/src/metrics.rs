@@ -44,8 +44,20 @@ impl Summary {
     /// [`Summary::record`], the mean's sum added in the same order.
     pub fn record_all_us(&mut self, values_us: &[u64]) {
         self.histogram.record_all(values_us);
-        for &value in values_us {
-            self.sum_us += value as f64;
+        // While every partial sum is a whole number below 2^53, adding the values one by one
+        // rounds nothing, so adding their total at once gives the same bits (and spares a chain
+        // of dependent additions per value). A sum that is not such a number takes the chain.
+        const EXACT_BELOW: f64 = 9_007_199_254_740_992.0;
+        let whole =
+            self.sum_us >= 0.0 && self.sum_us < EXACT_BELOW && (self.sum_us as u64) as f64 == self.sum_us;
+        let total = values_us.iter().try_fold(0u64, |sum, &value| sum.checked_add(value));
+        match total {
+            Some(total) if whole && self.sum_us + (total as f64) < EXACT_BELOW => self.sum_us += total as f64,
+            _ => {
+                for &value in values_us {
+                    self.sum_us += value as f64;
+                }
+            }
         }
     }
 
@@ -221,6 +233,41 @@ mod tests {
         at_once.record_all_us(&gaps);
         assert_eq!(at_once.histogram(), each.histogram());
         assert_eq!(at_once.sum_us.to_bits(), each.sum_us.to_bits(), "the mean's sum in the same order");
+        // A fractional sum rounds at each binade it crosses: the values one by one give
+        // 4503599634076009, their total at once would give 4503599634076010.
+        let (mut each, mut at_once) = (Summary::default(), Summary::default());
+        each.record(4_503_599_627_370_494.5);
+        at_once.record(4_503_599_627_370_494.5);
+        [16, 6_705_499].iter().for_each(|&g| each.record(g as f64));
+        at_once.record_all_us(&[16, 6_705_499]);
+        assert_eq!(each.sum_us, 4_503_599_634_076_009.0);
+        assert_eq!(at_once.sum_us.to_bits(), each.sum_us.to_bits(), "a fractional sum takes the chain");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn runs_recorded_at_once_keep_the_bits_of_the_sum_value_by_value(
+            batches in proptest::collection::vec(
+                (proptest::collection::vec(
+                    proptest::prop_oneof![0u64..50_000, (1u64 << 52)..(1u64 << 54), proptest::num::u64::ANY],
+                    0..20,
+                ), proptest::option::of(proptest::prop_oneof![0.0f64..1e6, 1e9f64..1e15])),
+                0..12,
+            )
+        ) {
+            // Small gaps, gaps near 2^53 (where whole sums stop being exact) and any u64, with
+            // fractional values recorded between the runs.
+            let (mut each, mut at_once) = (Summary::default(), Summary::default());
+            for (values, fractional) in &batches {
+                values.iter().for_each(|&v| each.sum_us += v as f64);
+                at_once.record_all_us(values);
+                if let Some(x) = fractional {
+                    each.sum_us += x;
+                    at_once.sum_us += x;
+                }
+                proptest::prop_assert_eq!(at_once.sum_us.to_bits(), each.sum_us.to_bits());
+            }
+        }
     }
 
     #[test]
