@@ -182,7 +182,7 @@ fn write_list(out: &mut Vec<u8>, values: &[u64]) {
             out[end] = b',';
             end += 1;
         }
-        end += value.checked_ilog10().map_or(1, |log| log as usize + 1);
+        end += decimal_digits(value);
         let mut at = end;
         let mut rest = value;
         while rest >= 100 {
@@ -201,6 +201,26 @@ fn write_list(out: &mut Vec<u8>, values: &[u64]) {
     out.truncate(end);
 }
 
+/// Powers of ten that fit a `u64`.
+const POWERS_OF_TEN: [u64; 20] = {
+    let mut powers = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        powers[i] = powers[i - 1] * 10;
+        i += 1;
+    }
+    powers
+};
+
+/// How many decimal digits `value` has (one for zero): its bit length times log10(2), by
+/// 1233/4096, is that count or one less, and one comparison tells which (`ilog10` branches
+/// through several ranges, and a record has a hundred numbers or more).
+fn decimal_digits(value: u64) -> usize {
+    let bits = 64 - (value | 1).leading_zeros();
+    let fewer = (bits * 1233 >> 12) as usize;
+    (fewer + usize::from(value >= POWERS_OF_TEN[fewer])).max(1)
+}
+
 /// Append `key` and `value` as a JSON string, escaped as serde_json escapes it.
 fn text(out: &mut Vec<u8>, key: &str, value: &str) {
     out.extend_from_slice(key.as_bytes());
@@ -216,6 +236,20 @@ fn text(out: &mut Vec<u8>, key: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digit_counts_are_those_of_the_decimal_form_at_every_power_of_ten() {
+        let mut values = vec![0, 1, 9, u64::MAX];
+        for power in POWERS_OF_TEN {
+            values.extend([power - 1, power, power + 1, power.saturating_mul(5)]);
+        }
+        for bits in 0..64 {
+            values.extend([1u64 << bits, (1u64 << bits) - 1]);
+        }
+        for value in values {
+            assert_eq!(decimal_digits(value), value.to_string().len(), "{value}");
+        }
+    }
 
     fn record(fate: Fate) -> CallRecord {
         CallRecord {
