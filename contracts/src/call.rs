@@ -217,7 +217,7 @@ const POWERS_OF_TEN: [u64; 20] = {
 /// through several ranges, and a record has a hundred numbers or more).
 fn decimal_digits(value: u64) -> usize {
     let bits = 64 - (value | 1).leading_zeros();
-    let fewer = (bits * 1233 >> 12) as usize;
+    let fewer = ((bits * 1233) >> 12) as usize;
     (fewer + usize::from(value >= POWERS_OF_TEN[fewer])).max(1)
 }
 
