@@ -143,6 +143,7 @@ impl CallsOut {
                 if let Some(digest) = &mut self.digest {
                     digest.update(line);
                 }
+                file.write_when_full()?;
             }
             _ => {
                 if let Some(digest) = &mut self.digest {
@@ -156,11 +157,8 @@ impl CallsOut {
         let index = self.seen;
         self.seen += 1;
         Ok(match self.selection {
-            CallSelection::All => match &mut self.file {
-                Some(file) => {
-                    file.write_when_full()?;
-                    Some(record)
-                }
+            CallSelection::All => match &self.file {
+                Some(_) => Some(record),
                 None => {
                     self.kept.push(record);
                     None
@@ -183,8 +181,8 @@ impl CallsOut {
         })
     }
 
-    /// Write out the sample and the lines still pending; the header, the records kept in memory and the
-    /// SHA-256 (hex) of every record in file order, unless it was skipped.
+    /// Write out the sample and the lines still pending; the header, the records kept in
+    /// memory and the SHA-256 (hex) of every record in file order, unless it was skipped.
     pub fn finish(mut self) -> Result<(CallsHeader, Vec<CallRecord>, Option<String>), CallsOutError> {
         self.reservoir.sort_by_key(|(index, _)| *index);
         for (_, record) in std::mem::take(&mut self.reservoir) {

@@ -425,30 +425,11 @@ impl<M: Message> Simulation<M> {
             actors.sort();
             return Err(KernelError::RoundLimit { time: at.time, bound: self.max_rounds, actors });
         }
-        self.now = at;
-        crate::clock::publish(Some(at));
-        self.stats.rounds += 1;
+        self.begin_round(at);
         self.affected_ids.clear();
-        for &(_, id) in &self.affected {
-            let book = &mut self.book[id.index()];
-            let work = &mut self.works[id.index()];
-            work.imminent = book.flags & IMMINENT != 0;
-            book.flags = 0;
-            work.ctx = Context { now: at, elapsed: at.time.saturating_since(book.last_transition) };
-            work.bag_len = work.bag.len();
-            if self.describe {
-                work.description.get_or_insert_with(Description::default);
-                work.outbox.notes.get_or_insert_with(Default::default).clear();
-            }
-            self.stats.transitions += 1;
-            self.stats.messages += work.bag_len as u64;
-            if !self.observers.is_empty() {
-                for envelope in &work.bag {
-                    for observer in &mut self.observers {
-                        observer.on_delivery(envelope);
-                    }
-                }
-            }
+        for i in 0..self.affected.len() {
+            let id = self.affected[i].1;
+            self.prepare(at, id);
             self.affected_ids.push(id);
         }
         self.affected.clear();
@@ -457,17 +438,50 @@ impl<M: Message> Simulation<M> {
         for &id in &affected {
             // On error the run is over; the buffers need no restoring.
             self.settle(at, id)?;
-            let work = &mut self.works[id.index()];
-            work.bag.clear();
-            work.outbox.messages.clear();
         }
         self.affected_ids = affected;
+        self.ask_observers_to_halt();
+        Ok(())
+    }
+
+    /// Move the clock to `at` and count the round.
+    fn begin_round(&mut self, at: Instant) {
+        self.now = at;
+        crate::clock::publish(Some(at));
+        self.stats.rounds += 1;
+    }
+
+    /// Ready `id`'s work for its transition at `at` (imminent if its flags say so, with the bag
+    /// gathered for it), count the transition and its messages, and show observers the bag.
+    fn prepare(&mut self, at: Instant, id: ActorId) {
+        let book = &mut self.book[id.index()];
+        let work = &mut self.works[id.index()];
+        work.imminent = book.flags & IMMINENT != 0;
+        book.flags = 0;
+        work.ctx = Context { now: at, elapsed: at.time.saturating_since(book.last_transition) };
+        work.bag_len = work.bag.len();
+        if self.describe {
+            work.description.get_or_insert_with(Description::default);
+            work.outbox.notes.get_or_insert_with(Default::default).clear();
+        }
+        self.stats.transitions += 1;
+        self.stats.messages += work.bag_len as u64;
+        if !self.observers.is_empty() {
+            for envelope in &work.bag {
+                for observer in &mut self.observers {
+                    observer.on_delivery(envelope);
+                }
+            }
+        }
+    }
+
+    /// Stop the run if an observer asks to, unless something already did.
+    fn ask_observers_to_halt(&mut self) {
         if self.halted.is_none()
             && let Some(reason) = self.observers.iter().find_map(|o| o.halt())
         {
             self.halted = Some(("observer".to_owned(), reason));
         }
-        Ok(())
     }
 
     /// A round whose only affected actor is `id`, imminent with no bag (most of a run's
@@ -480,28 +494,13 @@ impl<M: Message> Simulation<M> {
             return Err(KernelError::RoundLimit { time: at.time, bound: self.max_rounds, actors });
         }
         self.queue.pass(at);
-        self.now = at;
-        crate::clock::publish(Some(at));
-        self.stats.rounds += 1;
-        self.stats.transitions += 1;
-        let book = &mut self.book[id.index()];
-        let work = &mut self.works[id.index()];
-        debug_assert!(book.flags == 0 && work.bag.is_empty());
-        work.imminent = true;
-        work.ctx = Context { now: at, elapsed: at.time.saturating_since(book.last_transition) };
-        work.bag_len = 0;
-        if self.describe {
-            work.description.get_or_insert_with(Description::default);
-            work.outbox.notes.get_or_insert_with(Default::default).clear();
-        }
+        self.begin_round(at);
+        debug_assert!(self.book[id.index()].flags == 0 && self.works[id.index()].bag.is_empty());
+        self.book[id.index()].flags = IMMINENT;
+        self.prepare(at, id);
         self.host.run_round(std::slice::from_ref(&id), &mut self.works);
         self.settle(at, id)?;
-        self.works[id.index()].outbox.messages.clear();
-        if self.halted.is_none()
-            && let Some(reason) = self.observers.iter().find_map(|o| o.halt())
-        {
-            self.halted = Some(("observer".to_owned(), reason));
-        }
+        self.ask_observers_to_halt();
         Ok(())
     }
 
@@ -580,6 +579,8 @@ impl<M: Message> Simulation<M> {
             self.queue_emitted(at, id)?;
         }
         let work = &mut self.works[id.index()];
+        // The transition took its bag, and the queue every message it emitted.
+        debug_assert!(work.bag.is_empty() && work.outbox.messages.is_empty());
         let book = &mut self.book[id.index()];
         let elapsed = at.time.saturating_since(book.last_transition);
         book.last_transition = at.time;
