@@ -445,6 +445,7 @@ impl<M: Message> Simulation<M> {
     }
 
     /// Move the clock to `at` and count the round.
+    #[inline]
     fn begin_round(&mut self, at: Instant) {
         self.now = at;
         crate::clock::publish(Some(at));
@@ -453,6 +454,7 @@ impl<M: Message> Simulation<M> {
 
     /// Ready `id`'s work for its transition at `at` (imminent if its flags say so, with the bag
     /// gathered for it), count the transition and its messages, and show observers the bag.
+    #[inline]
     fn prepare(&mut self, at: Instant, id: ActorId) {
         let book = &mut self.book[id.index()];
         let work = &mut self.works[id.index()];
@@ -476,6 +478,7 @@ impl<M: Message> Simulation<M> {
     }
 
     /// Stop the run if an observer asks to, unless something already did.
+    #[inline]
     fn ask_observers_to_halt(&mut self) {
         if self.halted.is_none()
             && let Some(reason) = self.observers.iter().find_map(|o| o.halt())
