@@ -85,7 +85,7 @@ impl Streams {
 }
 
 /// The words [`Substream::extend_below`] draws at a time.
-const BULK_WORDS: usize = 64;
+const BULK_WORDS: usize = 128;
 
 /// One named stream of random draws.
 #[derive(Clone, Debug)]
@@ -126,48 +126,42 @@ impl Substream {
         (product >> 64) as u64
     }
 
-    /// `count` draws uniform on `0..n`, appended to `into`: the same values, leaving the stream
-    /// in the same place, as `count` calls of [`Substream::below`], but drawn 64 words at a time
-    /// (a prompt's token ids are most of a client's work). `n` must be positive.
+    /// `count` draws uniform on `0..n`, appended to `into`, each from one 32-bit word by
+    /// Lemire's multiply-and-reject on 32 bits: a word is accepted when the low half of its
+    /// product with `n` is at least `2^32 mod n`, and the draw is the high half. The words are
+    /// taken [`BULK_WORDS`] at a time, never more than the draws still owed, so the stream
+    /// ends where drawing them one at a time would leave it (a prompt's token ids are most of
+    /// a client's work, and a 32-bit word is half the stream a 64-bit one costs). `n` must be
+    /// positive.
     pub fn extend_below(&mut self, n: u32, count: usize, into: &mut Vec<u32>) {
-        into.reserve(count);
-        // A draw below a u32 bound fits a u32.
-        self.bulk_below(u64::from(n), count, |values| into.extend(values.iter().map(|&v| v as u32)));
-    }
-
-    /// `count` draws uniform on `0..n` handed to `take` in stream order, a batch of up to 64
-    /// at a time, accepting exactly the words [`Substream::below`] accepts.
-    fn bulk_below(&mut self, n: u64, count: usize, mut take: impl FnMut(&[u64])) {
         assert!(n > 0, "Substream::extend_below needs a positive bound");
         let threshold = n.wrapping_neg() % n;
-        let mut words = [0u64; BULK_WORDS];
-        let mut accepted = [0u64; BULK_WORDS];
+        into.reserve(count);
+        let mut words = [0u32; BULK_WORDS];
         let mut owed = count;
         while owed > 0 {
-            // Never more words than draws still owed, so a rejection (which owes one more word)
-            // is made good by the next batch and the stream ends where `below` would leave it.
             let batch = &mut words[..owed.min(BULK_WORDS)];
-            // The words `next_u64` would give, in order (little-endian, as `fill_bytes`).
+            // The words `next_u32` would give, in order.
             self.rng.fill(batch);
-            // A word is rejected with probability below n / 2^64, so the batch is first taken
-            // whole, each draw in its own place; only a batch with a rejection is compacted.
+            // A word is rejected with probability below n / 2^32, so the batch is first taken
+            // whole; only a batch with a rejection is taken again, word by word.
+            let start = into.len();
             let mut rejected = false;
-            for (draw, &word) in accepted.iter_mut().zip(batch.iter()) {
-                let product = u128::from(word) * u128::from(n);
-                *draw = (product >> 64) as u64;
-                rejected |= (product as u64) < threshold;
-            }
-            let mut kept = batch.len();
+            into.extend(batch.iter().map(|&word| {
+                let product = u64::from(word) * u64::from(n);
+                rejected |= (product as u32) < threshold;
+                (product >> 32) as u32
+            }));
             if rejected {
-                kept = 0;
+                into.truncate(start);
                 for &word in batch.iter() {
-                    let product = u128::from(word) * u128::from(n);
-                    accepted[kept] = (product >> 64) as u64;
-                    kept += usize::from((product as u64) >= threshold);
+                    let product = u64::from(word) * u64::from(n);
+                    if (product as u32) >= threshold {
+                        into.push((product >> 32) as u32);
+                    }
                 }
             }
-            take(&accepted[..kept]);
-            owed -= kept;
+            owed -= into.len() - start;
         }
     }
 
@@ -298,18 +292,31 @@ mod tests {
         }
     }
 
+    /// One draw below `n` from one 32-bit word, as [`Substream::extend_below`] defines it.
+    fn below_from_one_word(stream: &mut Substream, n: u32) -> u32 {
+        loop {
+            let product = u64::from(stream.rng.next_u32()) * u64::from(n);
+            if (product as u32) >= n.wrapping_neg() % n {
+                return (product >> 32) as u32;
+            }
+        }
+    }
+
     #[test]
-    fn extend_below_gives_the_draws_of_below_one_at_a_time() {
-        // Counts across the batch size, from an offset into the generator's block.
-        for n in [1, 7, 128_256, u32::MAX] {
-            for count in [0, 1, 63, 64, 65, 512, 1_000] {
+    fn extend_below_gives_the_draws_of_one_word_each_one_at_a_time() {
+        // Counts across the batch size, from an odd offset into the generator's block; bounds
+        // just above 2^31 reject about half of all words, so batches with rejections (which
+        // owe words to the next batch) are exercised too.
+        for n in [1, 7, 128_256, (1 << 31) + 1, u32::MAX - 1, u32::MAX] {
+            for count in [0, 1, 127, 128, 129, 512, 1_000] {
                 let mut bulk = Streams::new(5).stream("test", "extend-below", &n.to_string());
-                bulk.next_u64();
+                bulk.rng.next_u32();
                 let mut single = bulk.clone();
                 let mut drawn = vec![9];
                 bulk.extend_below(n, count, &mut drawn);
-                let expected: Vec<u32> =
-                    std::iter::once(9).chain((0..count).map(|_| single.below(u64::from(n)) as u32)).collect();
+                let expected: Vec<u32> = std::iter::once(9)
+                    .chain((0..count).map(|_| below_from_one_word(&mut single, n)))
+                    .collect();
                 assert_eq!(drawn, expected, "n = {n}, count = {count}");
                 assert_eq!(bulk.next_u64(), single.next_u64(), "n = {n}, count = {count}");
             }
@@ -317,19 +324,17 @@ mod tests {
     }
 
     #[test]
-    fn bulk_draws_make_good_a_rejected_word_as_below_does() {
-        // Below a u32 bound a word is rejected with probability under 2^-32, so the owed-word
-        // path is exercised with bounds just above 2^63, where about half of all words are.
-        for n in [(1 << 63) + 1, u64::MAX - 1] {
-            for count in [1, 63, 64, 65, 300] {
-                let mut bulk = Streams::new(6).stream("test", "bulk-below", &n.to_string());
-                let mut single = bulk.clone();
-                let mut drawn = Vec::new();
-                bulk.bulk_below(n, count, |values| drawn.extend_from_slice(values));
-                let expected: Vec<u64> = (0..count).map(|_| single.below(n)).collect();
-                assert_eq!(drawn, expected, "n = {n}, count = {count}");
-                assert_eq!(bulk.next_u64(), single.next_u64(), "n = {n}, count = {count}");
-            }
+    fn extend_below_is_uniform_over_a_small_bound() {
+        // 70,000 draws below 7: each value's count within 5 standard deviations of 10,000.
+        let mut stream = Streams::new(8).stream("test", "extend-below-uniform", "");
+        let mut drawn = Vec::new();
+        stream.extend_below(7, 70_000, &mut drawn);
+        let mut counts = [0u32; 7];
+        for &value in &drawn {
+            counts[value as usize] += 1;
+        }
+        for count in counts {
+            assert!(count.abs_diff(10_000) < 5 * 93, "{counts:?}");
         }
     }
 
