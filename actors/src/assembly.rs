@@ -183,8 +183,9 @@ pub struct AssemblyOptions {
     /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same, for a
     /// run to its end, to its horizon, or stopped at a multiple of `OVERLOAD_STOP_GRID`.
     pub lane_threads: usize,
-    /// vLLM engines walk every running request every step, the reference path, instead of
-    /// advancing plain decoders as a cohort; the outputs are the same.
+    /// vLLM engines take every step in a round of their own and walk every running request
+    /// every step, the reference path, instead of running ahead through the steps before the
+    /// next event elsewhere and advancing plain decoders as a cohort; the outputs are the same.
     pub faithful_steps: bool,
 }
 
@@ -474,6 +475,7 @@ pub fn assemble(
             engine.set_engine_id(engine_id.clone());
         }
         let mut host = EngineHost::new(name, engine, router, to_engine, scenario.horizon_s.is_some());
+        host.set_run_ahead(!options.faithful_steps);
         if let Some(lag) = kv_events_lag {
             host.publish_kv_events(lag);
         }

@@ -24,13 +24,13 @@ use blis_contracts::{Disaggregated, Endpoint, Rank, RankShares, StepGraph, StepM
 use blis_engines::vllm::connector::KvTransferParams;
 use blis_engines::vllm::{EngineRequest, FinishedRequest, KvEvent, SchedulerEvent, VllmEngine};
 use blis_kernel::{
-    Actor, ActorId, Context, Description, Event, KeyTable, Outbox, SimDuration, SimTime, TimeAdvance,
+    Actor, ActorId, Bag, Context, Description, Event, KeyTable, Outbox, SimDuration, SimTime, TimeAdvance,
 };
 
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
 
-use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_event, step_times};
+use crate::instance::{ApiServer, UsageMeter, ceil_micros, step_times};
 use crate::message::{
     CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage, KvNotify, PdLeg, TransferStart,
 };
@@ -156,6 +156,8 @@ pub struct EngineHost {
     held_launch: Option<HeldLaunch>,
     /// Prefill/decode disaggregation, when the instance runs NIXL.
     pd: Option<Box<PdSide>>,
+    /// Whether to run ahead through the next steps when the coordinator offers it.
+    run_ahead: bool,
 }
 
 /// How an engine publishes its KV events: one batch per step that recorded any, to the router,
@@ -200,7 +202,14 @@ impl EngineHost {
             fabric: None,
             held_launch: None,
             pd: None,
+            run_ahead: true,
         }
+    }
+
+    /// Run ahead through the next steps when the coordinator offers it (the default), or
+    /// take every step in a round of its own (the faithful reference path).
+    pub fn set_run_ahead(&mut self, on: bool) {
+        self.run_ahead = on;
     }
 
     /// Take part in prefill/decode disaggregation over `wiring` (a NIXL instance; it needs the
@@ -815,6 +824,50 @@ impl EngineHost {
         }
     }
 
+    /// One transition at `now`, with the messages of `bag` if any.
+    fn act(&mut self, now: SimTime, bag: Option<Bag<'_, ClusterMessage>>, out: &mut Outbox<ClusterMessage>) {
+        // The usage held since the last transition.
+        self.kv_usage.observe(self.engine.scheduler().kv().pool().usage(), now);
+        // Outputs due now are applied before the arrivals join.
+        if let Loop::Await(at) = self.next
+            && at <= now
+        {
+            self.complete(now, out);
+            self.next = Loop::Top(now);
+        }
+        if let Some(bag) = bag {
+            for envelope in bag {
+                self.accept(envelope.payload, now, out);
+            }
+        }
+        // Requests leaving the API server now, in the order they entered it.
+        while let Some(call) = self.api_server.leave(now) {
+            self.admit(&call, now, out);
+        }
+        self.run_loop(now, out);
+        if let Some(stall) = self.engine.stall() {
+            out.halt(format!("{}: {stall}", self.name));
+            self.next = Loop::Idle;
+        }
+        self.note(out);
+        self.engine.clear_events();
+        self.last_transition = now;
+    }
+
+    /// When the host next acts on its own (the engine loop's time or the API server's next
+    /// exit), if it will.
+    fn next_internal(&self) -> Option<SimTime> {
+        let engine = match self.next {
+            Loop::Idle | Loop::Held => None,
+            Loop::Top(at) | Loop::Await(at) => Some(at),
+        };
+        let at = match (engine, self.api_server.next_exit()) {
+            (Some(a), Some(b)) => a.min(b),
+            (at, None) | (None, at) => at?,
+        };
+        Some(at.max(self.last_transition))
+    }
+
     /// Note the requests' phase changes of this transition and the engine's counters.
     fn note(&self, out: &mut Outbox<ClusterMessage>) {
         let Some(notes) = out.notes() else { return };
@@ -841,11 +894,10 @@ impl EngineHost {
 
 impl Actor<ClusterMessage> for EngineHost {
     fn time_advance(&self) -> TimeAdvance {
-        let engine = match self.next {
-            Loop::Idle | Loop::Held => None,
-            Loop::Top(at) | Loop::Await(at) => Some(at),
-        };
-        next_event(self.last_transition, engine, self.api_server.next_exit())
+        match self.next_internal() {
+            Some(at) => TimeAdvance::until(self.last_transition, at),
+            None => TimeAdvance::Passive,
+        }
     }
 
     fn transition(
@@ -854,37 +906,19 @@ impl Actor<ClusterMessage> for EngineHost {
         event: Event<'_, ClusterMessage>,
         out: &mut Outbox<ClusterMessage>,
     ) {
-        let now = ctx.now.time;
-        // The usage held since the last transition.
-        self.kv_usage.observe(self.engine.scheduler().kv().pool().usage(), now);
         let bag = match event {
             Event::Internal => None,
             Event::External(bag) | Event::Confluent(bag) => Some(bag),
         };
-        // Outputs due now are applied before the arrivals join.
-        if let Loop::Await(at) = self.next
-            && at <= now
+        self.act(ctx.now.time, bag, out);
+        // The next steps, while the coordinator says nothing else happens before them: each
+        // is the internal transition its own round would have made.
+        while self.run_ahead
+            && let Some(next) = self.next_internal()
+            && out.run_ahead_to(next)
         {
-            self.complete(now, out);
-            self.next = Loop::Top(now);
+            self.act(next, None, out);
         }
-        if let Some(bag) = bag {
-            for envelope in bag {
-                self.accept(envelope.payload, now, out);
-            }
-        }
-        // Requests leaving the API server now, in the order they entered it.
-        while let Some(call) = self.api_server.leave(now) {
-            self.admit(&call, now, out);
-        }
-        self.run_loop(now, out);
-        if let Some(stall) = self.engine.stall() {
-            out.halt(format!("{}: {stall}", self.name));
-            self.next = Loop::Idle;
-        }
-        self.note(out);
-        self.engine.clear_events();
-        self.last_transition = now;
     }
 
     fn check(&self, violations: &mut Vec<String>) {

@@ -56,8 +56,9 @@ pub struct RunOptions {
     pub calls_path: Option<PathBuf>,
     /// Whether replication 0's call records are hashed for [`RunOutput::calls_sha256`].
     pub calls_digest: CallsDigest,
-    /// vLLM engines walk every running request every step (the reference path) instead of
-    /// advancing plain decoders as a cohort; the outputs are the same.
+    /// vLLM engines take every step in a round of their own and walk every running request
+    /// every step (the reference path) instead of running ahead through the steps before the
+    /// next event elsewhere and advancing plain decoders as a cohort; the outputs are the same.
     pub faithful_steps: bool,
 }
 

@@ -14,7 +14,7 @@ use blis_actors::{ClusterMessage, RunOptions, RunOutput, run_observed, timeline_
 use blis_costmodel::CostData;
 use blis_kernel::record::{MessageLog, RecordedRun, ReplayCheck};
 use blis_kernel::timeline::{TimelineFilter, TimelineWriter, check};
-use blis_kernel::{Observer, SimTime};
+use blis_kernel::{Observer, SimTime, TransitionRecord};
 use sha2::{Digest, Sha256};
 
 fn root() -> PathBuf {
@@ -158,6 +158,51 @@ fn gate_llmd_chat() {
 fn every_gate_scenario_gives_its_golden_bytes_walking_every_request() {
     for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon", "prefix-heavy", "llmd-chat"] {
         gate_with(name, RunOptions { faithful_steps: true, ..RunOptions::default() });
+    }
+}
+
+/// Counts the transitions it is shown; blind to the engines (detached), it leaves them free to
+/// run ahead, and sees a run ahead as one transition.
+#[derive(Default)]
+struct TransitionCount(u64);
+
+impl Observer<ClusterMessage> for TransitionCount {
+    fn blind_to_detached(&self) -> bool {
+        true
+    }
+
+    fn on_transition(&mut self, _: &TransitionRecord<'_>) {
+        self.0 += 1;
+    }
+}
+
+/// The transitions a run of gate scenario `name` on one thread shows a [`TransitionCount`],
+/// after checking its `result.json` and `calls.jsonl` against the golden files (made with a
+/// timeline, which sees every transition, so one round at a time).
+fn transitions_shown_giving_golden_bytes(name: &str, faithful_steps: bool) -> u64 {
+    let options = RunOptions { threads: Some(1), faithful_steps, ..RunOptions::default() };
+    let count: Box<dyn Observer<ClusterMessage>> = Box::new(TransitionCount::default());
+    let (output, mut observers) =
+        run_observed(&scenario(name), options, &CostData::embedded(), vec![count], &mut |_| {}).unwrap();
+    let golden = root().join(format!("fixtures/gate/{name}"));
+    for (file, bytes) in [("result.json", output.result_json()), ("calls.jsonl", output.calls_jsonl())] {
+        assert!(
+            std::fs::read(golden.join(file)).unwrap() == bytes,
+            "{name}: {file} (faithful {faithful_steps})"
+        );
+    }
+    take::<TransitionCount>(observers.remove(0)).0
+}
+
+/// Engines run ahead through their next steps while nothing else can happen before them
+/// (issue 13: advancing steps in one go is allowed only if the outputs are identical); the
+/// faithful path takes every step in a round of its own.
+#[test]
+fn every_gate_scenario_gives_its_golden_bytes_with_engines_running_ahead() {
+    for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon", "prefix-heavy", "llmd-chat"] {
+        let ran_ahead = transitions_shown_giving_golden_bytes(name, false);
+        let round_by_round = transitions_shown_giving_golden_bytes(name, true);
+        assert!(ran_ahead < round_by_round, "{name}: {ran_ahead} transitions shown against {round_by_round}");
     }
 }
 

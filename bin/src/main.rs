@@ -75,8 +75,9 @@ enum Command {
         /// each figure moves.
         #[arg(long)]
         coefficient_spread: bool,
-        /// Walk every running request of every vLLM step, the reference path, instead of
-        /// advancing plain decoders as a cohort; outputs are the same, only slower.
+        /// Take every vLLM step in a round of its own and walk every running request of it,
+        /// the reference path, instead of running ahead through the steps before the next event
+        /// elsewhere and advancing plain decoders as a cohort; outputs are the same, only slower.
         #[arg(long)]
         faithful_steps: bool,
         /// Directory for result.json and calls.jsonl.

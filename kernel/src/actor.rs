@@ -121,11 +121,24 @@ pub struct Outbox<M> {
     pub(crate) messages: Vec<Outgoing<M>>,
     pub(crate) halt: Option<String>,
     pub(crate) notes: Option<Notes>,
+    /// How far this transition may run ahead, when the coordinator offers it.
+    pub(crate) offer: Option<RunAhead>,
+}
+
+/// The coordinator's offer to a lone transition: the actor may go on through its own internal
+/// events before `until` (no other actor's event and no message falls before it), at most
+/// `rounds` of them, each after `last`; each taken counts as the round it would have been.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RunAhead {
+    pub(crate) until: SimTime,
+    pub(crate) rounds: u64,
+    pub(crate) last: SimTime,
+    pub(crate) taken: u64,
 }
 
 impl<M> Default for Outbox<M> {
     fn default() -> Self {
-        Outbox { messages: Vec::new(), halt: None, notes: None }
+        Outbox { messages: Vec::new(), halt: None, notes: None, offer: None }
     }
 }
 
@@ -143,6 +156,29 @@ impl<M: Message> Outbox<M> {
     /// The messages emitted so far in this call.
     pub fn messages(&self) -> &[Outgoing<M>] {
         &self.messages
+    }
+
+    /// Whether this transition may go on to the actor's own next internal event at `at` now:
+    /// only when the coordinator offered it (a round with this actor alone, no observer that
+    /// must see every transition), `at` is later than the last, nothing else happens before
+    /// it, and nothing was emitted or halted so far. If so, the actor makes that internal
+    /// transition at once, with `at` as its time, exactly as its own round would run it; the
+    /// coordinator counts that round and moves the clock there. An actor that never asks
+    /// runs one round at a time.
+    pub fn run_ahead_to(&mut self, at: SimTime) -> bool {
+        let Some(offer) = self.offer.as_mut() else { return false };
+        if offer.taken == offer.rounds
+            || at <= offer.last
+            || at >= offer.until
+            || !self.messages.is_empty()
+            || self.halt.is_some()
+        {
+            return false;
+        }
+        offer.taken += 1;
+        offer.last = at;
+        crate::clock::publish(Some(Instant::at(at)));
+        true
     }
 
     /// Where to note what this transition did for a timeline; `None` when no observer asks,

@@ -52,6 +52,15 @@ impl Agenda {
         self.heap.first().map(|&(key, _)| agenda_instant(key))
     }
 
+    /// The earliest instant but for the first entry's: the next event after the earliest one.
+    pub(crate) fn second(&self) -> Option<Instant> {
+        let child = |i: usize| self.heap.get(i).map(|&(key, _)| key);
+        match (child(1), child(2)) {
+            (Some(a), Some(b)) => Some(agenda_instant(a.min(b))),
+            (a, b) => a.or(b).map(agenda_instant),
+        }
+    }
+
     /// The scheduled instant of `actor`, if any.
     pub(crate) fn get(&self, actor: ActorId) -> Option<Instant> {
         let i = self.position[actor.index()];

@@ -116,13 +116,20 @@ impl<M: Message> Assembly<M> {
     /// Freeze the topology and start a simulation at time zero on the given host.
     pub fn build(self, host: HostKind) -> Result<Simulation<M>, AssemblyError> {
         let mut actors = Vec::with_capacity(self.actors.len());
+        let mut detached = Vec::with_capacity(self.actors.len());
         for (name, actor) in self.names.iter().zip(self.actors) {
             actors.push(match actor.ok_or_else(|| AssemblyError::NotInstalled(name.clone()))? {
-                Installed::Attached(actor) => actor,
-                Installed::Detached(actor) => actor,
+                Installed::Attached(actor) => {
+                    detached.push(false);
+                    actor
+                }
+                Installed::Detached(actor) => {
+                    detached.push(true);
+                    actor
+                }
             });
         }
-        Ok(Simulation::start(self.names, actors, self.max_rounds, host, None))
+        Ok(Simulation::start(self.names, actors, self.max_rounds, host, None, detached))
     }
 }
 
@@ -151,7 +158,7 @@ impl<M: Message + Send> Assembly<M> {
                 }
             }
         }
-        let lanes = Lanes::start(spec, members, ranks, detached, self.max_rounds);
-        Ok(Simulation::start(self.names, actors, self.max_rounds, HostKind::Inline, Some(lanes)))
+        let lanes = Lanes::start(spec, members, ranks, detached.clone(), self.max_rounds);
+        Ok(Simulation::start(self.names, actors, self.max_rounds, HostKind::Inline, Some(lanes), detached))
     }
 }

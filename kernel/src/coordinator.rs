@@ -16,10 +16,17 @@
 //! time advance of zero (a transient state) makes the actor imminent in round `r + 1`. Rounds
 //! at one time are bounded; exceeding the bound fails with the names of the actors involved.
 //! Affected actors are processed, and observers told, in the order of their name ranks.
+//!
+//! A detached actor alone in its round (no message, no other actor imminent) may *run ahead*:
+//! make the internal transitions of its next rounds at once, while no other event is pending
+//! before them ([`Outbox::run_ahead_to`]). Each is counted as the round it would have been, a
+//! slice of rounds still ends at the same round, and nothing is run past a horizon; an
+//! observer that must see every transition turns it off. An engine's steps between two
+//! arrivals run this way.
 
 use std::any::Any;
 
-use crate::actor::{Actor, ActorId, Context, Outbox, TimeAdvance};
+use crate::actor::{Actor, ActorId, Context, Outbox, RunAhead, TimeAdvance};
 use crate::agenda::{Agenda, BagKey, MessageQueue, Pending};
 use crate::error::KernelError;
 use crate::host::{Host, HostKind, Work};
@@ -101,6 +108,12 @@ pub struct Simulation<M: Message> {
     works: Vec<Work<M>>,
     stats: RunStats,
     halted: Option<(String, String)>,
+    /// Which actors may run ahead through their own internal events when a round has them
+    /// alone (the detached ones, on the inline host without lanes).
+    may_run_ahead: Vec<bool>,
+    /// Whether an observer must see every transition (one not blind to detached actors, or
+    /// one that wants descriptions or checks), so that no actor may run ahead.
+    every_transition_seen: bool,
     /// The detached actors, when they run in lanes.
     lanes: Option<Lanes<M>>,
     /// Why the lanes cannot run, found before the first round.
@@ -177,7 +190,12 @@ impl<M: Message> Simulation<M> {
         max_rounds: u32,
         host: HostKind,
         lanes: Option<Lanes<M>>,
+        detached: Vec<bool>,
     ) -> Simulation<M> {
+        let may_run_ahead = match (host, &lanes) {
+            (HostKind::Inline, None) => detached,
+            _ => vec![false; names.len()],
+        };
         let ranks = name_ranks(&names);
         let mut agenda = Agenda::new(&ranks);
         let mut lanes = lanes;
@@ -217,6 +235,8 @@ impl<M: Message> Simulation<M> {
             works,
             stats: RunStats::default(),
             halted: None,
+            may_run_ahead,
+            every_transition_seen: false,
             lanes,
             lane_error: None,
         }
@@ -233,6 +253,8 @@ impl<M: Message> Simulation<M> {
             self.lane_error.get_or_insert(KernelError::ObserverSeesDetached);
         }
         self.describe |= observer.wants_descriptions();
+        self.every_transition_seen |=
+            !observer.blind_to_detached() || observer.wants_descriptions() || observer.wants_checks();
         if observer.wants_checks() {
             self.works.iter_mut().for_each(|work| work.check = true);
         }
@@ -307,7 +329,8 @@ impl<M: Message> Simulation<M> {
             }
             return Ok(None);
         }
-        for _ in 0..rounds {
+        let mut left = rounds;
+        while left > 0 {
             let (timers, messages) = (self.agenda.peek(), self.queue.peek());
             let Some(next) = earliest(timers, messages) else {
                 return Ok(Some(RunEnd::Quiescent { at: self.now.time }));
@@ -315,10 +338,13 @@ impl<M: Message> Simulation<M> {
             if next.time > horizon {
                 return Ok(Some(RunEnd::Horizon { at: horizon }));
             }
-            match self.agenda.lone_at(next) {
-                Some(id) if messages != Some(next) => self.lone_round(next, id)?,
-                _ => self.round(next)?,
-            }
+            left -= match self.agenda.lone_at(next) {
+                Some(id) if messages != Some(next) => self.lone_round(next, id, horizon, left - 1)?,
+                _ => {
+                    self.round(next)?;
+                    1
+                }
+            };
             if let Some((actor, reason)) = self.halted.take() {
                 return Ok(Some(RunEnd::Halted { at: self.now.time, actor, reason }));
             }
@@ -491,7 +517,17 @@ impl<M: Message> Simulation<M> {
     /// rounds: an engine's next step): the same work and counts as [`Simulation::round`]
     /// without gathering and sorting. Runs take it; [`Simulation::step`] always takes the full
     /// round, and a test holds the two to the same transitions.
-    fn lone_round(&mut self, at: Instant, id: ActorId) -> Result<(), KernelError> {
+    ///
+    /// An actor that may run ahead is offered the rounds it would have alone next: its own
+    /// internal events before any other pending event (and not past `horizon`), at most
+    /// `spare` more rounds. Returns the rounds run, this one and those run ahead.
+    fn lone_round(
+        &mut self,
+        at: Instant,
+        id: ActorId,
+        horizon: SimTime,
+        spare: u64,
+    ) -> Result<u64, KernelError> {
         if at.round >= self.max_rounds {
             let actors = vec![self.book[id.index()].name.clone()];
             return Err(KernelError::RoundLimit { time: at.time, bound: self.max_rounds, actors });
@@ -501,10 +537,30 @@ impl<M: Message> Simulation<M> {
         debug_assert!(self.book[id.index()].flags == 0 && self.works[id.index()].bag.is_empty());
         self.book[id.index()].flags = IMMINENT;
         self.prepare(at, id);
+        if spare > 0 && self.may_run_ahead[id.index()] && !self.every_transition_seen {
+            // Nothing else happens before the next pending instant of anything else.
+            let others = earliest(self.agenda.second(), self.queue.peek()).map_or(SimTime::MAX, |i| i.time);
+            let until = others.min(horizon.checked_add(SimDuration::from_micros(1)).unwrap_or(SimTime::MAX));
+            self.works[id.index()].outbox.offer =
+                Some(RunAhead { until, rounds: spare, last: at.time, taken: 0 });
+        }
         self.host.run_round(std::slice::from_ref(&id), &mut self.works);
+        let mut at = at;
+        let mut ran = 1;
+        if let Some(offer) = self.works[id.index()].outbox.offer.take()
+            && offer.taken > 0
+        {
+            // The rounds run ahead are counted as the rounds they were; the transition settles
+            // at the last of them, where the actor now is.
+            at = Instant::at(offer.last);
+            self.now = at;
+            self.stats.rounds += offer.taken;
+            self.stats.transitions += offer.taken;
+            ran += offer.taken;
+        }
         self.settle(at, id)?;
         self.ask_observers_to_halt();
-        Ok(())
+        Ok(ran)
     }
 
     /// Collect the imminent actors and the bags due at `at` into `affected`, in rank order.

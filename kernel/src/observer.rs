@@ -136,7 +136,9 @@ pub trait Observer<M>: Any {
     }
 
     /// Whether this observer can do without the deliveries to and transitions of detached
-    /// actors, which it then does not see, so that they may run in lanes (see [`crate::LaneSpec`]).
+    /// actors, which it then does not see, so that they may run in lanes (see [`crate::LaneSpec`])
+    /// or run ahead ([`crate::Outbox::run_ahead_to`]; a run ahead shows as one transition, at
+    /// its last instant).
     fn blind_to_detached(&self) -> bool {
         false
     }
