@@ -914,6 +914,7 @@ impl Actor<ClusterMessage> for EngineHost {
         // The next steps, while the coordinator says nothing else happens before them: each
         // is the internal transition its own round would have made.
         while self.run_ahead
+            && out.run_ahead_offered()
             && let Some(next) = self.next_internal()
             && out.run_ahead_to(next)
         {

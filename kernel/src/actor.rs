@@ -158,6 +158,13 @@ impl<M: Message> Outbox<M> {
         &self.messages
     }
 
+    /// Whether the coordinator offers this transition a run ahead at all (see
+    /// [`Outbox::run_ahead_to`]), before the actor works out its next event.
+    #[inline]
+    pub fn run_ahead_offered(&self) -> bool {
+        self.offer.is_some()
+    }
+
     /// Whether this transition may go on to the actor's own next internal event at `at` now:
     /// only when the coordinator offered it (a round with this actor alone, no observer that
     /// must see every transition), `at` is later than the last, nothing else happens before
@@ -165,6 +172,7 @@ impl<M: Message> Outbox<M> {
     /// transition at once, with `at` as its time, exactly as its own round would run it; the
     /// coordinator counts that round and moves the clock there. An actor that never asks
     /// runs one round at a time.
+    #[inline]
     pub fn run_ahead_to(&mut self, at: SimTime) -> bool {
         let Some(offer) = self.offer.as_mut() else { return false };
         if offer.taken == offer.rounds

@@ -339,7 +339,9 @@ impl<M: Message> Simulation<M> {
                 return Ok(Some(RunEnd::Horizon { at: horizon }));
             }
             left -= match self.agenda.lone_at(next) {
-                Some(id) if messages != Some(next) => self.lone_round(next, id, horizon, left - 1)?,
+                Some(id) if messages != Some(next) => {
+                    self.lone_round(next, id, messages, horizon, left - 1)?
+                }
                 _ => {
                     self.round(next)?;
                     1
@@ -519,12 +521,14 @@ impl<M: Message> Simulation<M> {
     /// round, and a test holds the two to the same transitions.
     ///
     /// An actor that may run ahead is offered the rounds it would have alone next: its own
-    /// internal events before any other pending event (and not past `horizon`), at most
-    /// `spare` more rounds. Returns the rounds run, this one and those run ahead.
+    /// internal events before any other actor's and before the first message pending
+    /// (`next_message`, later than `at`), not past `horizon`, at most `spare` more rounds.
+    /// Returns the rounds run, this one and those run ahead.
     fn lone_round(
         &mut self,
         at: Instant,
         id: ActorId,
+        next_message: Option<Instant>,
         horizon: SimTime,
         spare: u64,
     ) -> Result<u64, KernelError> {
@@ -539,10 +543,14 @@ impl<M: Message> Simulation<M> {
         self.prepare(at, id);
         if spare > 0 && self.may_run_ahead[id.index()] && !self.every_transition_seen {
             // Nothing else happens before the next pending instant of anything else.
-            let others = earliest(self.agenda.second(), self.queue.peek()).map_or(SimTime::MAX, |i| i.time);
+            let others = earliest(self.agenda.second(), next_message).map_or(SimTime::MAX, |i| i.time);
             let until = others.min(horizon.checked_add(SimDuration::from_micros(1)).unwrap_or(SimTime::MAX));
-            self.works[id.index()].outbox.offer =
-                Some(RunAhead { until, rounds: spare, last: at.time, taken: 0 });
+            // Offered only with room for a gap as long as the actor's last: an engine stepping
+            // beside others would rarely take it, and asking costs it a look at its next event.
+            let work = &mut self.works[id.index()];
+            if until.saturating_since(at.time) > work.ctx.elapsed {
+                work.outbox.offer = Some(RunAhead { until, rounds: spare, last: at.time, taken: 0 });
+            }
         }
         self.host.run_round(std::slice::from_ref(&id), &mut self.works);
         let mut at = at;
