@@ -40,6 +40,20 @@ struct Stepper {
 }
 
 impl Stepper {
+    /// Every 3 µs, 60 wakes, a ping every 7th.
+    fn new(sink: ActorId, halt_at: Option<u64>, log: &Arc<Mutex<Log>>) -> Stepper {
+        Stepper {
+            period: 3,
+            wakes: 60,
+            woken: 0,
+            emit_every: 7,
+            halt_at,
+            sink,
+            last: SimTime::ZERO,
+            log: log.clone(),
+        }
+    }
+
     fn wake(&mut self, now: SimTime, out: &mut Outbox<Ping>) {
         self.woken += 1;
         self.last = now;
@@ -112,17 +126,7 @@ fn assembly(halt_at: Option<u64>, log: &Arc<Mutex<Log>>) -> Assembly<Ping> {
     let mut assembly = Assembly::new();
     let stepper = assembly.declare("stepper").unwrap();
     let sink = assembly.add("sink", Sink).unwrap();
-    let stepper_actor = Stepper {
-        period: 3,
-        wakes: 60,
-        woken: 0,
-        emit_every: 7,
-        halt_at,
-        sink,
-        last: SimTime::ZERO,
-        log: log.clone(),
-    };
-    assembly.install_detached(stepper, stepper_actor).unwrap();
+    assembly.install_detached(stepper, Stepper::new(sink, halt_at, log)).unwrap();
     assembly.add("pacer", Pacer { period: 20, wakes: 4 }).unwrap();
     assembly
 }
@@ -267,17 +271,7 @@ fn only_a_detached_actor_unwatched_on_the_inline_host_runs_ahead() {
     let log = Arc::new(Mutex::new(Log::default()));
     let mut plain = Assembly::new();
     let sink = plain.add("sink", Sink).unwrap();
-    let stepper = Stepper {
-        period: 3,
-        wakes: 60,
-        woken: 0,
-        emit_every: 7,
-        halt_at: None,
-        sink,
-        last: SimTime::ZERO,
-        log: log.clone(),
-    };
-    plain.add("stepper", stepper).unwrap();
+    plain.add("stepper", Stepper::new(sink, None, &log)).unwrap();
     plain.build(HostKind::Inline).unwrap().run().unwrap();
     assert_eq!(log.lock().unwrap().ran_ahead, 0);
 }
