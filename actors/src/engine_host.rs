@@ -906,19 +906,22 @@ impl Actor<ClusterMessage> for EngineHost {
         event: Event<'_, ClusterMessage>,
         out: &mut Outbox<ClusterMessage>,
     ) {
-        let bag = match event {
+        let mut bag = match event {
             Event::Internal => None,
             Event::External(bag) | Event::Confluent(bag) => Some(bag),
         };
-        self.act(ctx.now.time, bag, out);
-        // The next steps, while the coordinator says nothing else happens before them: each
-        // is the internal transition its own round would have made.
-        while self.run_ahead
-            && out.run_ahead_offered()
-            && let Some(next) = self.next_internal()
-            && out.run_ahead_to(next)
-        {
-            self.act(next, None, out);
+        let mut now = ctx.now.time;
+        loop {
+            self.act(now, bag.take(), out);
+            // The next step, while the coordinator says nothing else happens before it: the
+            // internal transition its own round would have made.
+            if !(self.run_ahead && out.run_ahead_offered()) {
+                return;
+            }
+            match self.next_internal() {
+                Some(next) if out.run_ahead_to(next) => now = next,
+                _ => return,
+            }
         }
     }
 
