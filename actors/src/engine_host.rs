@@ -30,7 +30,7 @@ use blis_kernel::{
 use blis_router::Scrape;
 use blis_router::precise_prefix::KvEventBatch;
 
-use crate::instance::{ApiServer, UsageMeter, ceil_micros, step_times};
+use crate::instance::{ApiServer, UsageMeter, ceil_micros, next_act, step_times};
 use crate::message::{
     CallAbort, CallCompletion, CallRejection, CallRequest, ClusterMessage, KvNotify, PdLeg, TransferStart,
 };
@@ -861,11 +861,7 @@ impl EngineHost {
             Loop::Idle | Loop::Held => None,
             Loop::Top(at) | Loop::Await(at) => Some(at),
         };
-        let at = match (engine, self.api_server.next_exit()) {
-            (Some(a), Some(b)) => a.min(b),
-            (at, None) | (None, at) => at?,
-        };
-        Some(at.max(self.last_transition))
+        next_act(engine, self.api_server.next_exit())
     }
 
     /// Note the requests' phase changes of this transition and the engine's counters.

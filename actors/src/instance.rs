@@ -101,13 +101,17 @@ impl UsageMeter {
 }
 
 /// When a host next acts: at the engine loop's time or the API server's next exit, whichever
-/// comes first.
-pub(crate) fn next_event(last: SimTime, engine: Option<SimTime>, frontend: Option<SimTime>) -> TimeAdvance {
+/// comes first, if either is pending.
+pub(crate) fn next_act(engine: Option<SimTime>, frontend: Option<SimTime>) -> Option<SimTime> {
     match (engine, frontend) {
-        (Some(a), Some(b)) => TimeAdvance::until(last, a.min(b)),
-        (Some(at), None) | (None, Some(at)) => TimeAdvance::until(last, at),
-        (None, None) => TimeAdvance::Passive,
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (at, None) | (None, at) => at,
     }
+}
+
+/// The time advance to [`next_act`], measured from the host's last transition at `last`.
+pub(crate) fn next_event(last: SimTime, engine: Option<SimTime>, frontend: Option<SimTime>) -> TimeAdvance {
+    next_act(engine, frontend).map_or(TimeAdvance::Passive, |at| TimeAdvance::until(last, at))
 }
 
 #[cfg(test)]

@@ -329,6 +329,8 @@ impl<M: Message> Simulation<M> {
             }
             return Ok(None);
         }
+        // Nothing may be run ahead to this time or later.
+        let past_horizon = horizon.checked_add(SimDuration::from_micros(1)).unwrap_or(SimTime::MAX);
         let mut left = rounds;
         while left > 0 {
             let (timers, messages) = (self.agenda.peek(), self.queue.peek());
@@ -340,7 +342,7 @@ impl<M: Message> Simulation<M> {
             }
             left -= match self.agenda.lone_at(next) {
                 Some(id) if messages != Some(next) => {
-                    self.lone_round(next, id, messages, horizon, left - 1)?
+                    self.lone_round(next, id, messages, past_horizon, left - 1)?
                 }
                 _ => {
                     self.round(next)?;
@@ -522,14 +524,14 @@ impl<M: Message> Simulation<M> {
     ///
     /// An actor that may run ahead is offered the rounds it would have alone next: its own
     /// internal events before any other actor's and before the first message pending
-    /// (`next_message`, later than `at`), not past `horizon`, at most `spare` more rounds.
+    /// (`next_message`, later than `at`), before `past_horizon`, at most `spare` more rounds.
     /// Returns the rounds run, this one and those run ahead.
     fn lone_round(
         &mut self,
         at: Instant,
         id: ActorId,
         next_message: Option<Instant>,
-        horizon: SimTime,
+        past_horizon: SimTime,
         spare: u64,
     ) -> Result<u64, KernelError> {
         if at.round >= self.max_rounds {
@@ -544,7 +546,7 @@ impl<M: Message> Simulation<M> {
         if spare > 0 && self.may_run_ahead[id.index()] && !self.every_transition_seen {
             // Nothing else happens before the next pending instant of anything else.
             let others = earliest(self.agenda.second(), next_message).map_or(SimTime::MAX, |i| i.time);
-            let until = others.min(horizon.checked_add(SimDuration::from_micros(1)).unwrap_or(SimTime::MAX));
+            let until = others.min(past_horizon);
             // Offered only with room for a gap as long as the actor's last: an engine stepping
             // beside others would rarely take it, and asking costs it a look at its next event.
             let work = &mut self.works[id.index()];
