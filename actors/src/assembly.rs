@@ -19,6 +19,7 @@ use blis_kernel::{ActorId, Assembly, HostKind, LaneSpec, SimDuration, Simulation
 use serde_json::json;
 
 use crate::client::{Client, ClientWiring};
+use crate::draws::MadeAhead;
 use crate::engine_host::{EngineHost, FabricWiring, PdWiring};
 use crate::fabric::{FabricActor, Topology};
 use crate::ledger::CallLedger;
@@ -68,6 +69,14 @@ enum PlannedEngine {
 }
 
 impl PlannedPool {
+    /// The block size its instances publish in their cache-config metric, which the router scrapes.
+    fn scraped_block_size(&self) -> u32 {
+        match &self.engine {
+            PlannedEngine::Vllm(plan) => plan.config.block_size,
+            PlannedEngine::Sglang(plan) => plan.pool.kv.block_size,
+        }
+    }
+
     /// Whether its instances run NixlConnector (prefill/decode disaggregation).
     fn nixl(&self) -> bool {
         matches!(&self.engine, PlannedEngine::Vllm(plan) if plan.config.nixl.is_some())
@@ -437,6 +446,9 @@ pub fn assemble(
         .iter()
         .map(|(id, name, pool)| (*id, Arc::from(name.as_str()), pool.model.clone()))
         .collect();
+    // What the router's approximate prefix producer hashes prompts with once every endpoint has
+    // scraped its block size (clients drawing ahead make the prompts' digests for it).
+    let digest_plan = llmd.as_ref().and_then(|w| w.router.prompt_digest_plan(scraped_block_size(&pools)));
     assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
     // The block sizes the vLLM instances key blocks by (none for one that keys none: no prefix
     // caching and no connector).
@@ -503,9 +515,12 @@ pub fn assemble(
     served.dedup();
     let ledger = CallLedger::new();
     // Clients drawing ahead key their requests' blocks when every vLLM instance keys by one size.
-    let key_block_size = match key_block_sizes.first() {
-        Some(&Some(size)) if key_block_sizes.len() == 1 => u32::try_from(size).ok(),
-        _ => None,
+    let made_ahead = MadeAhead {
+        key_block_size: match key_block_sizes.first() {
+            Some(&Some(size)) if key_block_sizes.len() == 1 => u32::try_from(size).ok(),
+            _ => None,
+        },
+        digest_plan,
     };
     // A few clients draw ahead, each on a thread of its own; the threads share the spare core
     // with the accounting (the draws are the same work however many threads do them, and each
@@ -539,7 +554,7 @@ pub fn assemble(
             draw_ahead,
             fairness_id: client_source.fairness_id.as_deref().map(Arc::from),
             slo_ttft_ms: client_source.slo_ttft_ms,
-            key_block_size,
+            made_ahead,
         };
         let client = Client::new(&client_source.name, client_source.source, wiring);
         assembly.install(id, client).map_err(install_error)?;
@@ -721,6 +736,13 @@ fn place_on_fabric(
 
 /// The model a client's requests name: the one it gives, which some pool must serve, or the
 /// only model served.
+/// The block size every pool's instances publish, when they all publish one.
+fn scraped_block_size(pools: &[PlannedPool]) -> Option<u32> {
+    let (first, rest) = pools.split_first()?;
+    let size = first.scraped_block_size();
+    rest.iter().all(|p| p.scraped_block_size() == size).then_some(size)
+}
+
 fn client_model<'a>(given: Option<&'a str>, path: &str, served: &[&'a str]) -> Result<&'a str, FieldError> {
     match given {
         Some(model) if served.contains(&model) => Ok(model),

@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use blis_contracts::{FieldError, NodeKind, PromptPart, RequestSpec};
 use blis_engines::vllm::KeysAhead;
 use blis_kernel::{Streams, Substream};
+use blis_router::approx_prefix::PromptDigests;
 
 use crate::workload::{Planned, RequestSource};
 
@@ -24,25 +25,37 @@ const BATCH: usize = 128;
 /// Batches drawn ahead of the simulation, at most.
 const BATCHES_AHEAD: usize = 2;
 
+/// What a client drawing ahead also makes of each whole prompt, off the simulation's thread,
+/// so that the engines and the router need not read its ids.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MadeAhead {
+    /// The block size every vLLM instance keys its prefix cache by, when they share one: the
+    /// prompt's and output's block keys are made for it.
+    pub key_block_size: Option<u32>,
+    /// The block size and per-prompt block cap llm-d's approximate prefix producer hashes
+    /// prompts with, when the router runs one: the prompt's block digests are made for them.
+    pub digest_plan: Option<(u32, usize)>,
+}
+
 /// The substreams a client's token ids come from.
 #[derive(Clone, Debug)]
 pub(crate) struct TokenDraws {
     streams: Streams,
     component: String,
     vocab_size: u32,
-    key_block_size: Option<u32>,
+    made_ahead: MadeAhead,
 }
 
 impl TokenDraws {
     /// The draws of the client whose substreams are named by `component`, each id below
-    /// `vocab_size`; requests drawn ahead have their blocks keyed for `key_block_size`.
+    /// `vocab_size`; requests drawn ahead come with what `made_ahead` asks for.
     pub(crate) fn new(
         streams: Streams,
         component: String,
         vocab_size: u32,
-        key_block_size: Option<u32>,
+        made_ahead: MadeAhead,
     ) -> TokenDraws {
-        TokenDraws { streams, component, vocab_size, key_block_size }
+        TokenDraws { streams, component, vocab_size, made_ahead }
     }
 
     /// `count` ids of prompt part `part` of node `node` of request `request`, appended to `into`.
@@ -100,13 +113,14 @@ impl TokenDraws {
                 };
                 scratch.clear();
                 self.output_tokens(&spec.id, &node.id, call.output_tokens, scratch);
-                let keys = match (&prompt, self.key_block_size) {
-                    (DrawnPrompt::Whole(prompt), Some(block_size)) => {
-                        Some(KeysAhead::of(prompt, scratch, block_size))
-                    }
-                    _ => None,
+                let (keys, digests) = match &prompt {
+                    DrawnPrompt::Whole(prompt) => (
+                        self.made_ahead.key_block_size.map(|size| KeysAhead::of(prompt, scratch, size)),
+                        self.made_ahead.digest_plan.map(|(size, cap)| PromptDigests::of(prompt, size, cap)),
+                    ),
+                    DrawnPrompt::Parts(_) => (None, None),
                 };
-                Some(NodeDraws { prompt, output: Arc::from(scratch.as_slice()), keys })
+                Some(NodeDraws { prompt, output: Arc::from(scratch.as_slice()), keys, digests })
             })
             .collect();
         Drawn { nodes }
@@ -154,6 +168,9 @@ pub(crate) struct NodeDraws {
     /// The keys of the prompt's and output's blocks, for a whole prompt when the cluster's
     /// vLLM instances share a block size.
     pub(crate) keys: Option<KeysAhead>,
+    /// The whole prompt's block digests, when the router's approximate prefix producer hashes
+    /// prompts.
+    pub(crate) digests: Option<PromptDigests>,
 }
 
 /// A call's prompt drawn ahead.
@@ -372,7 +389,7 @@ mod tests {
     }
 
     fn draws() -> TokenDraws {
-        TokenDraws::new(Streams::new(5), "client/c".to_owned(), 1000, None)
+        TokenDraws::new(Streams::new(5), "client/c".to_owned(), 1000, MadeAhead::default())
     }
 
     #[test]

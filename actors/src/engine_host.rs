@@ -356,6 +356,7 @@ impl EngineHost {
             pd: Some(PdLeg::PrefillLeg { sidecar: pd.wiring.me }),
             // Its one output token is not the call's: its keys would not match.
             keys_ahead: None,
+            digests_ahead: None,
         };
         if let Some(notes) = out.notes() {
             notes.decision("decisions", "prefill-leg").arg("request", request.key).arg("prefiller", &*name);

@@ -35,6 +35,7 @@ pub mod workload;
 pub use assembly::{AssembledCluster, AssemblyOptions, Fault, assemble};
 pub use calls_out::{CallSelection, CallsDigest, CallsOut, CallsOutError};
 pub use client::{Client, ClientWiring, REQUEST_KEY_MASK, call_key};
+pub use draws::MadeAhead;
 pub use engine_host::EngineHost;
 pub use experiment::comparison::{Configuration, MetricComparison, compare_configs};
 pub use ledger::CallLedger;

@@ -11,6 +11,7 @@ use blis_engines::vllm::connector::KvTransferParams;
 use blis_engines::vllm::{EngineRequest, KeysAhead};
 use blis_kernel::{ActorId, Message, MessageClass};
 use blis_router::Scrape;
+use blis_router::approx_prefix::PromptDigests;
 use blis_router::precise_prefix::KvEventBatch;
 use serde::{Deserialize, Serialize};
 
@@ -128,6 +129,10 @@ pub struct CallRequest {
     /// them instead of hashing); never logged, since an instance makes the same keys without.
     #[serde(skip)]
     pub keys_ahead: Option<KeysAhead>,
+    /// Its prompt's block digests, made as its ids were drawn (llm-d's approximate prefix
+    /// producer chains them instead of hashing the ids); never logged, for the same reason.
+    #[serde(skip)]
+    pub digests_ahead: Option<PromptDigests>,
 }
 
 /// A request's part in prefill/decode disaggregation (llm-d's decode sidecar, NIXL).
@@ -282,6 +287,7 @@ mod tests {
             slo_ttft_ms: None,
             pd: None,
             keys_ahead: None,
+            digests_ahead: None,
         }));
         let completion = ClusterMessage::Completion(Box::new(CallCompletion {
             key: 0,

@@ -609,6 +609,7 @@ fn routing_request<'a>(call: &'a CallRequest, headers: &'a [(String, String)]) -
         cache_salt: &[],
         max_tokens: Some(call.request.output_token_ids.len() as u64),
         headers,
+        prompt_digests: call.digests_ahead.as_ref(),
     }
 }
 

@@ -190,3 +190,17 @@ fn llm_d_routing_is_byte_identical_across_hosts_and_thread_counts() {
     let text = std::fs::read_to_string(root().join("fixtures/gate/llmd-chat.yaml")).unwrap();
     byte_identity::identical_across_hosts_and_threads(&text, None);
 }
+
+/// With a core to spare, the client draws ahead and makes each prompt's block digests for the
+/// router's approximate prefix producer, which chains them instead of hashing the ids: the
+/// outputs are those of one thread, where the router hashes every prompt itself (prompts share
+/// 512-token prefixes here, so the prefix scorer steers the picks).
+#[test]
+fn prompt_digests_made_ahead_route_as_the_router_hashing_the_ids() {
+    let text = eight("{ config: {} }", 400, 8);
+    let with = |threads: usize| {
+        let out = run(&text, RunOptions { threads: Some(threads), ..options(None) }, &mut |_| {}).unwrap();
+        (out.result_json(), out.calls_jsonl())
+    };
+    assert!(with(2) == with(1), "drawn ahead on a spare core vs drawn as sent");
+}

@@ -79,6 +79,7 @@ fn bench_routing(c: &mut Criterion) {
                         cache_salt: &[],
                         max_tokens: Some(128),
                         headers: &[],
+                        prompt_digests: None,
                     };
                     black_box(router.route(&request, &candidates, now, &mut rng));
                     router.first_chunk(key);

@@ -200,6 +200,7 @@ impl Router {
             cache_salt: &[],
             max_tokens: None,
             headers: &[],
+            prompt_digests: None,
         };
         saturation(&self.view(&request, now_us), self.config.saturation_detector, pool)
     }
@@ -390,6 +391,18 @@ impl Router {
         }
     }
 
+    /// The block size and per-prompt cap the approximate prefix producer hashes prompts with
+    /// when the endpoints scrape `cache_block_size`, so that clients can make their prompts'
+    /// digests ahead; `None` unless exactly one such producer runs.
+    pub fn prompt_digest_plan(&self, cache_block_size: Option<u32>) -> Option<(u32, usize)> {
+        let mut plans = self.config.producers.iter().filter_map(|&p| match &self.config.plugins[p].kind {
+            PluginKind::ApproxPrefixProducer(producer) => Some(producer.inner.hash_plan(cache_block_size)),
+            _ => None,
+        });
+        let plan = plans.next()?;
+        plans.next().is_none().then_some(plan)
+    }
+
     /// Whether any plugin reads the engines' KV events (so the engines should publish them).
     pub fn wants_kv_events(&self) -> bool {
         self.config.plugins.iter().any(|p| match &p.kind {
@@ -433,15 +446,27 @@ impl Router {
                         .filter(|&b| b > 0)
                         .map(|b| b as u32);
                     let block_size = producer.inner.block_size(first_block_size);
-                    let prompts: &[&[u32]] =
-                        if self.attributes.tokenized { &[request.prompt_token_ids] } else { &[] };
-                    producer.inner.hash_request(
-                        request.model,
-                        request.cache_salt,
-                        prompts,
-                        block_size,
-                        &mut producer.hashes,
-                    );
+                    let digested = self.attributes.tokenized
+                        && request.prompt_digests.is_some_and(|digests| {
+                            producer.inner.hash_digested(
+                                request.model,
+                                request.cache_salt,
+                                digests,
+                                block_size,
+                                &mut producer.hashes,
+                            )
+                        });
+                    if !digested {
+                        let prompts: &[&[u32]] =
+                            if self.attributes.tokenized { &[request.prompt_token_ids] } else { &[] };
+                        producer.inner.hash_request(
+                            request.model,
+                            request.cache_salt,
+                            prompts,
+                            block_size,
+                            &mut producer.hashes,
+                        );
+                    }
                     let infos = &mut self.scratch.infos;
                     infos.clear();
                     producer.inner.produce(&mut producer.hashes, candidates, infos);

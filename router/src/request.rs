@@ -7,6 +7,8 @@
 //! id the client sends and the session tokens it echoes (`docs/ROUTING.md`, "Session affinity and
 //! P/D selection").
 
+use crate::approx_prefix::PromptDigests;
+
 /// What the router reads of one request.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RoutingRequest<'a> {
@@ -25,6 +27,10 @@ pub struct RoutingRequest<'a> {
     /// The request headers a plugin may read, names lower-cased (as upstream's ingestion
     /// lower-cases them); empty unless the router reads headers ([`crate::Router::reads_headers`]).
     pub headers: &'a [(String, String)],
+    /// The prompt's block digests, made ahead of routing by its client (none when it made none):
+    /// the approximate prefix producer chains them instead of reading the ids when they were
+    /// made for the block size it hashes with.
+    pub prompt_digests: Option<&'a PromptDigests>,
 }
 
 impl<'a> RoutingRequest<'a> {

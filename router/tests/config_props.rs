@@ -318,6 +318,7 @@ fn routes(
             cache_salt: b"",
             max_tokens,
             headers: &[],
+            prompt_digests: None,
         };
         let decision = router.route(&request, &candidates, 1_000 * key as u64, &mut r);
         match &decision {

@@ -4,8 +4,9 @@
 
 mod common;
 
+use blis_router::cycle::RouterRng;
 use blis_router::plugins::PluginKind;
-use blis_router::{Decision, LoadOptions, Router};
+use blis_router::{Decision, LoadOptions, Router, RoutingRequest};
 use common::*;
 
 const HEAD: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
@@ -346,4 +347,49 @@ fn a_key_without_a_default_producer_is_refused() {
         e.reason,
         "no default producer found for missing data key PrefixCacheMatchInfo/ghost, consumed by prefix-cache-scorer"
     );
+}
+
+/// A prompt's block digests made ahead for the router's plan stand for its ids in the default
+/// config's approximate prefix producer: the prompt sent again with its own digests matches the
+/// endpoint it went to (queue 1.0 × 2 + kv 0.5 × 2 + prefix 1.0 × 3), as when the ids are
+/// hashed; another prompt carrying those digests matches there too, so they are what is read;
+/// digests made for another cap are ignored (read, their one block would match), and that
+/// prompt then matches nothing.
+#[test]
+fn digests_made_ahead_stand_for_the_prompt_when_made_for_the_plan() {
+    let twin = || {
+        let mut router = Router::new(
+            blis_router::load(None, LoadOptions::default()).unwrap(),
+            (0..4).map(|i| endpoint(&format!("e{i}"), &[])).collect(),
+        );
+        for e in 0..4 {
+            let scraped = blis_router::Scrape { cache_config: Some((16, 1000)), ..scrape(1, 1, 0.5) };
+            router.record_scrape(e, &scraped, 0);
+        }
+        router
+    };
+    let (mut router, mut hashing) = (twin(), twin());
+    let plan = router.prompt_digest_plan(Some(16));
+    assert_eq!(plan, Some((64, 131_072 / 64)), "the 64-token floor, the token cap in blocks");
+    let (size, cap) = plan.unwrap();
+    let sent: Vec<u32> = (0..256).map(|i| i * 3 + 1).collect();
+    let other: Vec<u32> = (0..256).map(|i| i * 5 + 2).collect();
+    let ahead = blis_router::approx_prefix::PromptDigests::of(&sent, size, cap);
+    let capped = blis_router::approx_prefix::PromptDigests::of(&sent, size, 1);
+    let (mut r, mut r_hashing) = (rng(7), rng(7));
+    let routed = |router: &mut Router, r: &mut RouterRng, key, prompt, digests| {
+        let request = RoutingRequest { prompt_digests: digests, ..request(key, prompt) };
+        match router.route(&request, &[0, 1, 2, 3], 0, r) {
+            Decision::Routed { endpoint, score, .. } => (endpoint, score),
+            other => panic!("{other:?}"),
+        }
+    };
+    let first = routed(&mut router, &mut r, 1, &sent, Some(&ahead));
+    assert_eq!(first, routed(&mut hashing, &mut r_hashing, 1, &sent, None));
+    assert_eq!(first.1, 3.0, "nothing sent before");
+    let again = routed(&mut router, &mut r, 2, &sent, Some(&ahead));
+    assert_eq!(again, routed(&mut hashing, &mut r_hashing, 2, &sent, None));
+    assert_eq!(again, (first.0, 6.0));
+    assert_eq!(routed(&mut router, &mut r, 3, &other, Some(&ahead)), (first.0, 6.0));
+    assert_eq!(routed(&mut router, &mut r, 4, &other, Some(&capped)).1, 3.0);
 }

@@ -45,6 +45,7 @@ fn request(key: u64, priority: i64) -> RoutingRequest<'static> {
         cache_salt: &[],
         max_tokens: Some(4),
         headers: &[],
+        prompt_digests: None,
     }
 }
 

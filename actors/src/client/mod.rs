@@ -27,7 +27,7 @@ use blis_kernel::{
 };
 
 use self::window::Window;
-use crate::draws::{DrawAhead, Drawn, DrawnPrompt, NodeDraws, TokenDraws};
+use crate::draws::{DrawAhead, Drawn, DrawnPrompt, MadeAhead, NodeDraws, TokenDraws};
 use crate::ledger::CallLedger;
 use crate::message::{CallAbort, CallRequest, ClusterMessage};
 use crate::workload::sampling::draw_duration_us;
@@ -110,9 +110,8 @@ pub struct ClientWiring {
     pub fairness_id: Option<Arc<str>>,
     /// The SLO-TTFT header (ms) its requests carry, if any.
     pub slo_ttft_ms: Option<u64>,
-    /// The block size every vLLM instance keys its prefix cache by, when they share one: a
-    /// client drawing ahead keys its requests' blocks there, off the simulation's thread.
-    pub key_block_size: Option<u32>,
+    /// What a client drawing ahead makes of its prompts off the simulation's thread.
+    pub made_ahead: MadeAhead,
 }
 
 /// What the client knows of one LLM call.
@@ -249,11 +248,11 @@ impl Client {
             draw_ahead,
             fairness_id,
             slo_ttft_ms,
-            key_block_size,
+            made_ahead,
         } = wiring;
         let component = format!("client/{name}");
         let think_times = streams.stream(&component, "closed-loop-think-time", "");
-        let draws = TokenDraws::new(streams, component, vocab_size, key_block_size);
+        let draws = TokenDraws::new(streams, component, vocab_size, made_ahead);
         let pacing = source.pacing();
         // A client whose drawing thread cannot start draws as it sends: the same ids.
         let supply = if draw_ahead {
@@ -530,6 +529,7 @@ impl Client {
     fn send(&mut self, live: usize, node: usize, now_us: u64, out: &mut Outbox<ClusterMessage>) {
         let mut drawn = self.live.get_mut(live).and_then(|r| r.drawn.as_mut()).and_then(|d| d.take(node));
         let keys_ahead = drawn.as_mut().and_then(|d| d.keys.take());
+        let digests_ahead = drawn.as_mut().and_then(|d| d.digests.take());
         let request = self.live.get(live).expect("a live request");
         let NodeKind::Llm(call) = &request.spec.nodes[node].kind else {
             unreachable!("only an LLM node is sent")
@@ -590,6 +590,7 @@ impl Client {
             slo_ttft_ms: self.slo_ttft_ms,
             pd: None,
             keys_ahead,
+            digests_ahead,
         };
         out.send(self.router, self.delay_to_router, ClusterMessage::Request(Box::new(message)));
     }

@@ -61,6 +61,28 @@ pub fn blocks(tokens: &[u32], block_size: usize) -> std::slice::Chunks<'_, u32> 
     tokens.chunks(block_size.max(1))
 }
 
+/// A prompt's block content digests made ahead of routing, off the simulation's thread: valid
+/// only for the block size and per-prompt block cap they were made for, which the producer checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromptDigests {
+    block_size: u32,
+    max_blocks: usize,
+    digests: Box<[u64]>,
+}
+
+impl PromptDigests {
+    /// The content digests of `tokens`' first `max_blocks` chunks of `block_size` tokens.
+    pub fn of(tokens: &[u32], block_size: u32, max_blocks: usize) -> PromptDigests {
+        let digests = blocks(tokens, block_size as usize).take(max_blocks).map(block_digest).collect();
+        PromptDigests { block_size, max_blocks, digests }
+    }
+
+    /// The digests, if they were made for `block_size` and `max_blocks`.
+    pub fn made_for(&self, block_size: u32, max_blocks: usize) -> Option<&[u64]> {
+        (self.block_size == block_size && self.max_blocks == max_blocks).then_some(&*self.digests)
+    }
+}
+
 /// Append one prompt's chained block hashes (at most `max_blocks`) to `out`; returns how many.
 pub fn append_block_hashes(
     seed: u64,
@@ -69,10 +91,15 @@ pub fn append_block_hashes(
     max_blocks: usize,
     out: &mut Vec<u64>,
 ) -> usize {
+    append_chain(seed, blocks(tokens, block_size).take(max_blocks).map(block_digest), out)
+}
+
+/// Append the chain of `digests` from `seed` to `out`; returns how many links.
+pub fn append_chain(seed: u64, digests: impl Iterator<Item = u64>, out: &mut Vec<u64>) -> usize {
     let mut previous = seed;
     let mut count = 0;
-    for block in blocks(tokens, block_size).take(max_blocks) {
-        previous = chain_link(block_digest(block), previous);
+    for digest in digests {
+        previous = chain_link(digest, previous);
         out.push(previous);
         count += 1;
     }
@@ -154,6 +181,25 @@ mod tests {
         let tokens: Vec<u32> = (0..1000).map(|i| i * 7 + 3).collect();
         let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
         assert_eq!(block_digest(&tokens), xxh64(&bytes, 0));
+    }
+
+    /// Digests made ahead chain to the same hashes as the prompt, and serve only the block size
+    /// and cap they were made for.
+    #[test]
+    fn digests_made_ahead_chain_as_the_prompt() {
+        let tokens: Vec<u32> = (0..150).map(|i| i * 31 + 7).collect();
+        let seed = chain_seed("m", b"");
+        let ahead = PromptDigests::of(&tokens, 64, 2);
+        let digests = ahead.made_for(64, 2).expect("made for 64 tokens, two blocks");
+        assert_eq!(digests, [block_digest(&tokens[..64]), block_digest(&tokens[64..128])]);
+        let (mut chained, mut hashed) = (vec![], vec![]);
+        append_chain(seed, digests.iter().copied(), &mut chained);
+        append_block_hashes(seed, &tokens, 64, 2, &mut hashed);
+        assert_eq!(chained, hashed);
+        assert_eq!(ahead.made_for(32, 2), None);
+        assert_eq!(ahead.made_for(64, 3), None);
+        let whole = PromptDigests::of(&tokens, 64, usize::MAX);
+        assert_eq!(whole.made_for(64, usize::MAX).map(<[u64]>::len), Some(3));
     }
 
     /// The cap stops each chain after `max_blocks` hashes; a zero cap hashes nothing.

@@ -30,7 +30,9 @@ pub use config::{
     DEFAULT_LRU_CAPACITY_PER_SERVER, DEFAULT_MAX_PREFIX_BLOCKS, DEFAULT_MAX_PREFIX_TOKENS,
     INACTIVE_ENDPOINT_SWEEP, MIN_BLOCK_SIZE_TOKENS,
 };
-pub use hashing::{append_block_hashes, block_digest, blocks, chain_link, chain_seed};
+pub use hashing::{
+    PromptDigests, append_block_hashes, append_chain, block_digest, blocks, chain_link, chain_seed,
+};
 pub use score::{DEFAULT_MATCH_LENGTH_SCALE_TOKENS, PREFIX_SCORER_TYPE, PrefixScorerConfig};
 
 use index::PrefixIndex;
@@ -141,6 +143,13 @@ impl ApproxPrefixProducer {
         }
     }
 
+    /// The block size and per-prompt block cap a request is hashed with when the first
+    /// candidate scrapes `cache_block_size`: what prompt digests made ahead must be made for.
+    pub fn hash_plan(&self, cache_block_size: Option<u32>) -> (u32, usize) {
+        let block_size = self.block_size(cache_block_size);
+        (block_size, self.max_blocks(block_size))
+    }
+
     /// The per-prompt block cap at `block_size` (upstream's `resolveMaxBlocks`): ⌊tokens cap /
     /// block size⌋ when the token cap is set, else the block cap, both 0 meaning unlimited (and a
     /// negative block cap, which upstream accepts, hashing nothing).
@@ -175,6 +184,27 @@ impl ApproxPrefixProducer {
                 out.prompt_ends.push(out.hashes.len());
             }
         }
+    }
+
+    /// As [`Self::hash_request`] for one prompt whose block digests were made ahead, chaining
+    /// them instead of reading its tokens; `false`, with nothing hashed, when they were made for
+    /// another block size or cap.
+    pub fn hash_digested(
+        &self,
+        model: &str,
+        cache_salt: &[u8],
+        digests: &PromptDigests,
+        block_size: u32,
+        out: &mut RequestHashes,
+    ) -> bool {
+        let Some(digests) = digests.made_for(block_size, self.max_blocks(block_size)) else {
+            return false;
+        };
+        out.clear(block_size);
+        if append_chain(chain_seed(model, cache_salt), digests.iter().copied(), &mut out.hashes) > 0 {
+            out.prompt_ends.push(out.hashes.len());
+        }
+        true
     }
 
     /// One [`PrefixMatchInfo`] per candidate, in candidate order (upstream's `Produce` and

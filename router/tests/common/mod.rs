@@ -54,6 +54,7 @@ pub fn request(key: u64, prompt: &[u32]) -> RoutingRequest<'_> {
         cache_salt: b"",
         max_tokens: None,
         headers: &[],
+        prompt_digests: None,
     }
 }
 
