@@ -2,41 +2,28 @@
 //!
 //! Upstream: `approximateprefix/indexer.go` over `hashicorp/golang-lru/v2` v2.0.7. Upstream keeps
 //! `hashToPods` (hash → set of pods) and, per pod, an LRU of hashes whose eviction callback drops
-//! the pod from `hashToPods[hash]` (and the hash when its set empties). We fold both into one map:
-//! hash → holders, each holder an endpoint plus the slot of its entry in that endpoint's LRU, or no
-//! slot for a *phantom* holder — an endpoint `hashToPods` lists although its LRU no longer holds the
-//! hash. Phantoms arise from upstream's `Add` order ([Q]): every hash goes into the LRU first (each
-//! insertion may evict the oldest entry) and into `hashToPods` only afterwards, so a hash evicted
-//! during the same `Add` — a prompt with more blocks than the capacity — is listed again without an
-//! LRU entry. Nothing removes a phantom except that hash being added to the endpoint again and then
-//! evicted: `RemovePod` walks only the LRU, so phantoms outlive their endpoint's removal.
+//! the pod from `hashToPods[hash]` (and the hash when its set empties). We fold both into one
+//! table of listings: (hash, endpoint) → the slot of its entry in that endpoint's LRU, or no
+//! slot for a *phantom* listing — an endpoint `hashToPods` lists although its LRU no longer holds
+//! the hash. Phantoms arise from upstream's `Add` order ([Q]): every hash goes into the LRU first
+//! (each insertion may evict the oldest entry) and into `hashToPods` only afterwards, so a hash
+//! evicted during the same `Add` — a prompt with more blocks than the capacity — is listed again
+//! without an LRU entry. Nothing removes a phantom except that hash being added to the endpoint
+//! again and then evicted: `RemovePod` walks only the LRU, so phantoms outlive their endpoint's
+//! removal.
 //!
-//! Lookups only: the hash map is never iterated, so its order cannot reach a decision. Keys are
-//! XXH64 outputs, already uniform, so the map hashes them by identity.
+//! Lookups only: the listings are never iterated ([`super::listings`]), so their order cannot
+//! reach a decision.
 
 use std::collections::BTreeMap;
-use std::hash::BuildHasherDefault;
 use std::num::NonZeroUsize;
 
-use hashbrown::HashMap;
-use smallvec::SmallVec;
+use super::listings::Listings;
 
-use crate::identity_hasher::IdentityHasher;
-
-/// No LRU slot: marks a phantom holder and the ends of an LRU's list.
+/// No LRU slot: marks a phantom listing and the ends of an LRU's list.
 const NO_SLOT: u32 = u32::MAX;
 /// The most entries one endpoint's LRU holds (slots are `u32`; `NO_SLOT` is reserved).
 const MAX_LRU_ENTRIES: usize = (u32::MAX - 1) as usize;
-
-/// One endpoint listed under a hash, with its LRU slot (`NO_SLOT` for a phantom).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Holder {
-    endpoint: u32,
-    slot: u32,
-}
-
-/// The endpoints listed under one hash; most hashes have one or two.
-type Holders = SmallVec<[Holder; 2]>;
 
 /// An entry of an endpoint's LRU: its hash and its neighbours in recency order.
 #[derive(Clone, Copy, Debug)]
@@ -130,7 +117,7 @@ impl EndpointLru {
 /// Hash → endpoints that were sent it, with a per-endpoint LRU bounding each endpoint's share.
 #[derive(Clone, Debug, Default)]
 pub struct PrefixIndex {
-    holders: HashMap<u64, Holders, BuildHasherDefault<IdentityHasher>>,
+    listings: Listings,
     lrus: BTreeMap<u32, EndpointLru>,
 }
 
@@ -139,25 +126,28 @@ impl PrefixIndex {
     /// LRU is created with `capacity` if the endpoint has none yet, every hash is added to the LRU
     /// (refreshing or evicting), then every hash lists the endpoint — phantoms included.
     pub fn add(&mut self, endpoint: u32, capacity: NonZeroUsize, hashes: &[u64]) {
-        let PrefixIndex { holders, lrus } = self;
+        let PrefixIndex { listings, lrus } = self;
         let lru = lrus.entry(endpoint).or_insert_with(|| EndpointLru::new(capacity));
+        // Every hash's listings are looked up, and a full LRU's oldest hashes are unlisted as
+        // they are evicted: start fetching those slots before the first is needed.
         for &hash in hashes {
-            let held = holders
-                .get(&hash)
-                .and_then(|hs| hs.iter().find(|h| h.endpoint == endpoint && h.slot != NO_SLOT));
-            if let Some(holder) = held {
-                lru.refresh(holder.slot);
+            listings.prefetch(hash);
+        }
+        if lru.nodes.len() >= lru.capacity {
+            for hash in lru.oldest_first().take(hashes.len()) {
+                listings.prefetch(hash);
+            }
+        }
+        for &hash in hashes {
+            if let Some(slot) = listings.get(hash, endpoint).filter(|&slot| slot != NO_SLOT) {
+                lru.refresh(slot);
                 continue;
             }
             let (slot, evicted) = lru.insert(hash);
             if let Some(evicted) = evicted {
-                remove_holder(holders, evicted, endpoint);
+                listings.remove(evicted, endpoint);
             }
-            let listed = holders.entry(hash).or_default();
-            match listed.iter_mut().find(|h| h.endpoint == endpoint) {
-                Some(phantom) => phantom.slot = slot,
-                None => listed.push(Holder { endpoint, slot }),
-            }
+            listings.set(hash, endpoint, slot);
         }
         // A hash of this add is evicted by it only after every other entry of the full LRU was
         // refreshed or inserted after it, that is by at least `capacity` later hashes of the add:
@@ -166,16 +156,15 @@ impl PrefixIndex {
             return;
         }
         for &hash in hashes {
-            let listed = holders.entry(hash).or_default();
-            if !listed.iter().any(|h| h.endpoint == endpoint) {
-                listed.push(Holder { endpoint, slot: NO_SLOT });
+            if listings.get(hash, endpoint).is_none() {
+                listings.set(hash, endpoint, NO_SLOT);
             }
         }
     }
 
     /// The endpoints listed under `hash` (phantoms included), in no meaningful order.
     pub fn holders(&self, hash: u64) -> impl Iterator<Item = u32> + '_ {
-        self.holders.get(&hash).into_iter().flatten().map(|h| h.endpoint)
+        self.listings.endpoints(hash)
     }
 
     /// Drop `endpoint`'s LRU and unlist it from every hash its LRU holds (upstream's `RemovePod`;
@@ -183,7 +172,7 @@ impl PrefixIndex {
     pub fn remove_endpoint(&mut self, endpoint: u32) {
         let Some(lru) = self.lrus.remove(&endpoint) else { return };
         for hash in lru.oldest_first() {
-            remove_holder(&mut self.holders, hash, endpoint);
+            self.listings.remove(hash, endpoint);
         }
     }
 
@@ -212,23 +201,7 @@ impl PrefixIndex {
     /// How many hashes list at least one endpoint (upstream's `len(hashToPods)`).
     #[cfg(test)]
     fn listed_hashes(&self) -> usize {
-        self.holders.len()
-    }
-}
-
-/// Unlist `endpoint` under `hash`, dropping the hash once nobody is listed.
-fn remove_holder(
-    holders: &mut HashMap<u64, Holders, BuildHasherDefault<IdentityHasher>>,
-    hash: u64,
-    endpoint: u32,
-) {
-    if let Some(listed) = holders.get_mut(&hash) {
-        if let Some(i) = listed.iter().position(|h| h.endpoint == endpoint) {
-            listed.swap_remove(i);
-        }
-        if listed.is_empty() {
-            holders.remove(&hash);
-        }
+        self.listings.distinct_hashes()
     }
 }
 

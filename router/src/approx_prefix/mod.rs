@@ -21,6 +21,7 @@
 mod config;
 mod hashing;
 mod index;
+mod listings;
 mod score;
 
 use std::num::NonZeroUsize;
