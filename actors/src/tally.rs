@@ -39,8 +39,13 @@ impl BacklogCounts {
         while (at_us >> self.shift) as usize >= BACKLOG_BUCKETS {
             self.shift += 1;
             for counts in [&mut self.sent, &mut self.settled, &mut self.served, &mut self.abandoned] {
-                let merged: Vec<u32> = counts.chunks(2).map(|pair| pair.iter().sum()).collect();
-                *counts = merged;
+                // Merged pairwise in place, so the buffer keeps its capacity for the buckets to
+                // come instead of being regrown from half.
+                let merged = counts.len().div_ceil(2);
+                for i in 0..merged {
+                    counts[i] = counts[2 * i] + counts.get(2 * i + 1).copied().unwrap_or(0);
+                }
+                counts.truncate(merged);
             }
         }
         let index = (at_us >> self.shift) as usize;
@@ -366,6 +371,19 @@ mod tests {
         assert_eq!(counts.abandoned_share(1 << 19, 1 << 21), Some(1.0));
         assert_eq!(counts.abandoned_share(0, 1 << 21), Some(0.5));
         assert_eq!(counts.abandoned_share(0, 100), None);
+    }
+
+    /// Widening merges neighbouring buckets pairwise, an odd last bucket alone.
+    #[test]
+    fn widening_merges_neighbouring_buckets() {
+        let mut counts = BacklogCounts::default();
+        for at_us in [1, 2, 3, 4] {
+            counts.add(at_us, None, &Fate::QueuedAtHorizon);
+        }
+        assert_eq!(counts.sent, [0, 1, 1, 1, 1]);
+        counts.add(BACKLOG_BUCKETS as u64, None, &Fate::QueuedAtHorizon);
+        assert_eq!(counts.shift, 1);
+        assert_eq!((counts.sent.len(), &counts.sent[..4]), (BACKLOG_BUCKETS / 2 + 1, &[1, 2, 1, 0][..]));
     }
 
     #[test]
