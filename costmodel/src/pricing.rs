@@ -405,7 +405,7 @@ impl Environment for Pricer {
     fn price(&self, step: &StepShape) -> StepPrice {
         let totals = &step.totals;
         let token_count = step.padded_tokens;
-        let mut by_rank = RankShares::default();
+        let mut by_rank = RankSums::default();
 
         let gemm_rank = self.gemm.entry.rank_for_tokens(token_count);
         let padded = self.padded_terms(token_count);
@@ -466,12 +466,57 @@ impl Environment for Pricer {
         let host_micros = step_us + request_us * f64::from(totals.requests) + token_us * sampled;
         by_rank.add(host_rank, host_micros);
 
+        let by_rank = by_rank.shares();
         StepPrice { micros: by_rank.total(), host_micros, by_rank }
     }
 
     fn frontend_micros(&self, prompt_tokens: u32) -> f64 {
         let (request_us, token_us) = self.frontend;
         request_us + token_us * f64::from(prompt_tokens)
+    }
+}
+
+/// A price's time by rank while it is summed: one variable per rank, so that they stay in
+/// registers (an array indexed by rank lives in memory, and each addition to it waits for the
+/// store of the one before). Each rank's terms are added in the same order as into
+/// [`RankShares`], so the sums are the same bits.
+#[derive(Clone, Copy, Default)]
+struct RankSums {
+    measured: f64,
+    calibrated: f64,
+    transferred: f64,
+    literature: f64,
+    vendor_spec: f64,
+    roofline: f64,
+    assumed: f64,
+}
+
+impl RankSums {
+    /// Add `micros` priced at `rank`.
+    #[inline(always)]
+    fn add(&mut self, rank: Rank, micros: f64) {
+        match rank {
+            Rank::Measured => self.measured += micros,
+            Rank::Calibrated => self.calibrated += micros,
+            Rank::Transferred => self.transferred += micros,
+            Rank::Literature => self.literature += micros,
+            Rank::VendorSpec => self.vendor_spec += micros,
+            Rank::Roofline => self.roofline += micros,
+            Rank::Assumed => self.assumed += micros,
+        }
+    }
+
+    /// The sums as shares indexed like [`Rank::ALL`].
+    fn shares(self) -> RankShares {
+        RankShares([
+            self.measured,
+            self.calibrated,
+            self.transferred,
+            self.literature,
+            self.vendor_spec,
+            self.roofline,
+            self.assumed,
+        ])
     }
 }
 
@@ -563,6 +608,19 @@ mod tests {
         let embedded = pricer("Llama-3.1-8B", 1, None, &Registry::embedded()).price(&decode_step(1, 1));
         assert!(embedded.micros >= price.micros);
         assert!(embedded.by_rank.get(Rank::Calibrated) > 0.0);
+    }
+
+    /// Each rank's sum lands in that rank's share, and a rank's terms add in the order given.
+    #[test]
+    fn rank_sums_become_the_shares_of_their_ranks() {
+        for (i, rank) in Rank::ALL.into_iter().enumerate() {
+            let mut sums = RankSums::default();
+            sums.add(rank, 0.1);
+            sums.add(rank, 0.2);
+            let mut expected = RankShares::default();
+            expected.0[i] = 0.1 + 0.2;
+            assert_eq!(sums.shares(), expected, "{rank:?}");
+        }
     }
 
     #[test]
