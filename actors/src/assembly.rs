@@ -734,8 +734,6 @@ fn place_on_fabric(
     Ok(Some(Placement { topology, gpus }))
 }
 
-/// The model a client's requests name: the one it gives, which some pool must serve, or the
-/// only model served.
 /// The block size every pool's instances publish, when they all publish one.
 fn scraped_block_size(pools: &[PlannedPool]) -> Option<u32> {
     let (first, rest) = pools.split_first()?;
@@ -743,6 +741,8 @@ fn scraped_block_size(pools: &[PlannedPool]) -> Option<u32> {
     rest.iter().all(|p| p.scraped_block_size() == size).then_some(size)
 }
 
+/// The model a client's requests name: the one it gives, which some pool must serve, or the
+/// only model served.
 fn client_model<'a>(given: Option<&'a str>, path: &str, served: &[&'a str]) -> Result<&'a str, FieldError> {
     match given {
         Some(model) if served.contains(&model) => Ok(model),
