@@ -192,9 +192,11 @@ pub struct AssemblyOptions {
     /// clients (see `lane_spec`); 1 runs them with the rest. The outputs are the same, for a
     /// run to its end, to its horizon, or stopped at a multiple of `OVERLOAD_STOP_GRID`.
     pub lane_threads: usize,
-    /// vLLM engines take every step in a round of their own and walk every running request
-    /// every step, the reference path, instead of running ahead through the steps before the
-    /// next event elsewhere and advancing plain decoders as a cohort; the outputs are the same.
+    /// vLLM engines take every step in a round of their own, walk every running request every
+    /// step and cache every full block as it fills, the reference path, instead of running
+    /// ahead through the steps before the next event elsewhere, advancing plain decoders as a
+    /// cohort and, where no prompt can hold another call's outputs, caching output blocks only
+    /// when their request is preempted; the outputs are the same.
     pub faithful_steps: bool,
 }
 
@@ -450,6 +452,8 @@ pub fn assemble(
     // scraped its block size (clients drawing ahead make the prompts' digests for it).
     let digest_plan = llmd.as_ref().and_then(|w| w.router.prompt_digest_plan(scraped_block_size(&pools)));
     assembly.install(router, RouterHost::new(table, llmd, to_engine, to_client)).map_err(install_error)?;
+    // Whether a vLLM instance may cache output blocks only when their request is preempted.
+    let prompts_hold_no_outputs = sources.iter().all(|s| s.source.prompts_hold_no_outputs());
     // The block sizes the vLLM instances key blocks by (none for one that keys none: no prefix
     // caching and no connector).
     let mut key_block_sizes = std::collections::BTreeSet::new();
@@ -477,6 +481,7 @@ pub fn assemble(
         };
         let mut engine = VllmEngine::new(vllm::VllmPlan::clone(plan), environment);
         engine.set_decode_cohort(!options.faithful_steps);
+        engine.set_defer_output_blocks(!options.faithful_steps && prompts_hold_no_outputs);
         key_block_sizes.insert(engine.scheduler().key_block_size());
         if options.fault == Some(Fault::LeakKvBlock) {
             engine.inject_kv_leak();

@@ -56,9 +56,11 @@ pub struct RunOptions {
     pub calls_path: Option<PathBuf>,
     /// Whether replication 0's call records are hashed for [`RunOutput::calls_sha256`].
     pub calls_digest: CallsDigest,
-    /// vLLM engines take every step in a round of their own and walk every running request
-    /// every step (the reference path) instead of running ahead through the steps before the
-    /// next event elsewhere and advancing plain decoders as a cohort; the outputs are the same.
+    /// vLLM engines take every step in a round of their own, walk every running request every
+    /// step and cache every full block as it fills (the reference path) instead of running
+    /// ahead through the steps before the next event elsewhere, advancing plain decoders as a
+    /// cohort and, where no prompt can hold another call's outputs, caching output blocks only
+    /// when their request is preempted; the outputs are the same.
     pub faithful_steps: bool,
 }
 

@@ -206,6 +206,31 @@ fn every_gate_scenario_gives_its_golden_bytes_with_engines_running_ahead() {
     }
 }
 
+/// Where no prompt can hold another call's outputs, an instance caches its requests' output
+/// blocks in the block pool only when one is preempted; a preempted request, resumed, may hit
+/// them. The tiny-KV gate scenario with vLLM's defaults (prefix caching, asynchronous
+/// scheduling) preempts often; its outputs are the faithful path's, which caches every block as
+/// it fills. (Dropping the caching at preemption changes them.)
+#[test]
+fn output_blocks_cached_at_preemption_give_the_bytes_of_caching_them_as_they_fill() {
+    let text = scenario("tiny-kv-preemption")
+        .replace("enable_prefix_caching: false", "enable_prefix_caching: true")
+        .replace("async_scheduling: false", "async_scheduling: true")
+        .replace("seed: 12", "seed: 12\nframe: { replications: 1 }");
+    let with = |faithful_steps| {
+        let options = RunOptions { threads: Some(1), faithful_steps, ..RunOptions::default() };
+        run_observed(&text, options, &CostData::embedded(), vec![], &mut |_| {}).unwrap().0
+    };
+    let (deferred, faithful) = (with(false), with(true));
+    assert!(deferred.result.fates.completed > 0);
+    assert!(
+        deferred.calls_jsonl().windows(16).any(|w| w == b"\"preemptions\":1,"),
+        "some call was preempted"
+    );
+    assert!(deferred.result_json() == faithful.result_json(), "result.json");
+    assert!(deferred.calls_jsonl() == faithful.calls_jsonl(), "calls.jsonl");
+}
+
 #[test]
 fn every_gate_scenario_replays_without_divergence() {
     for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon", "prefix-heavy", "llmd-chat"] {

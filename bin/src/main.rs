@@ -75,9 +75,11 @@ enum Command {
         /// each figure moves.
         #[arg(long)]
         coefficient_spread: bool,
-        /// Take every vLLM step in a round of its own and walk every running request of it,
-        /// the reference path, instead of running ahead through the steps before the next event
-        /// elsewhere and advancing plain decoders as a cohort; outputs are the same, only slower.
+        /// Take every vLLM step in a round of its own, walk every running request of it and
+        /// cache every full block as it fills, the reference path, instead of running ahead
+        /// through the steps before the next event elsewhere, advancing plain decoders as a
+        /// cohort and caching output blocks only when their request is preempted (where no
+        /// prompt can hold another call's outputs); outputs are the same, only slower.
         #[arg(long)]
         faithful_steps: bool,
         /// Directory for result.json and calls.jsonl.

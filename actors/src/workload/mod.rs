@@ -82,6 +82,13 @@ pub trait RequestSource: Send {
         false
     }
 
+    /// Whether no prompt it makes can hold ids another call generated: no conversation
+    /// history, and no ids given by the user, so only chance could repeat an output (what lets
+    /// vLLM instances cache output blocks only when their request is preempted).
+    fn prompts_hold_no_outputs(&self) -> bool {
+        false
+    }
+
     /// Why the source ended early, if it did (a file changed after it was checked).
     fn error(&self) -> Option<&FieldError> {
         None

@@ -153,6 +153,10 @@ impl RequestSource for Synthetic {
         self.pacing == Pacing::Open && self.spec.session.is_none()
     }
 
+    fn prompts_hold_no_outputs(&self) -> bool {
+        self.spec.session.is_none()
+    }
+
     fn next_request(&mut self) -> Option<Planned> {
         if self.sent >= self.spec.requests {
             return None;

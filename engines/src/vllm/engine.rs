@@ -487,6 +487,13 @@ impl VllmEngine {
         self.scheduler.set_decode_cohort(on);
     }
 
+    /// Cache blocks past a request's prompt only when it is preempted, for a workload whose
+    /// prompts never hold another request's outputs (see
+    /// [`KvCacheManager::set_defer_output_blocks`]); outputs are the same.
+    pub fn set_defer_output_blocks(&mut self, on: bool) {
+        self.scheduler.set_defer_output_blocks(on);
+    }
+
     /// Fault injection for checked runs: leak one KV block (see [`Scheduler::leak_kv_block`]).
     pub fn inject_kv_leak(&mut self) {
         self.scheduler.leak_kv_block();

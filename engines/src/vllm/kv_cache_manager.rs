@@ -44,6 +44,9 @@ pub struct KvCacheManager {
     scratch: Vec<u8>,
     /// A request's tokens, copied for the KV events' hashes and contents.
     tokens: Vec<u32>,
+    /// Whether blocks past a request's prompt are cached in the pool only when it is preempted
+    /// (see [`KvCacheManager::set_defer_output_blocks`]).
+    defer_output_blocks: bool,
 }
 
 impl KvCacheManager {
@@ -61,7 +64,18 @@ impl KvCacheManager {
             stats: PrefixCacheStats::default(),
             scratch: Vec::new(),
             tokens: Vec::new(),
+            defer_output_blocks: false,
         }
+    }
+
+    /// Cache a request's blocks past its prompt's full ones in the pool only if it is
+    /// preempted (off by default). Its count of cached blocks runs on as vLLM's does. Set it
+    /// only where no prompt can hold another request's output ids (no conversation history
+    /// in the workload), no KV event is recorded and no connector runs: then only the request
+    /// itself, resumed after a preemption, could hit those blocks, and the outputs are those of
+    /// caching them as they fill, without the index insertions and evictions.
+    pub fn set_defer_output_blocks(&mut self, on: bool) {
+        self.defer_output_blocks = on;
     }
 
     /// Record KV events or not (on by default with caching); without them no SHA-256 block
@@ -237,23 +251,53 @@ impl KvCacheManager {
 
     /// [`KvCacheManager::cache_blocks`] for blocks `cached..full`, at least one.
     fn cache_new_full_blocks(&mut self, request: &mut Request, cached: usize, full: usize) {
-        // The hashes and tokens are read only for the KV events, when they are recorded.
-        self.tokens.clear();
-        if self.pool.records_events() {
-            let block_size = self.block_size as usize;
-            request.extend_hashes(full * block_size, block_size, &mut self.tokens, &mut self.scratch);
+        let told = if self.defer_output_blocks && !self.pool.records_events() {
+            let prompt_blocks = (request.num_prompt_tokens >> self.block_shift) as usize;
+            full.min(prompt_blocks.max(cached))
+        } else {
+            full
+        };
+        if told < full {
+            request.deferred_from.get_or_insert(told);
         }
-        self.pool.cache_full_blocks(
-            request.spec.key,
-            &request.blocks,
-            request.block_keys(),
-            &request.block_hashes,
-            &self.tokens,
-            self.block_size as usize,
-            cached,
-            full,
-        );
+        if cached < told {
+            // The hashes and tokens are read only for the KV events, when they are recorded.
+            self.tokens.clear();
+            if self.pool.records_events() {
+                let block_size = self.block_size as usize;
+                request.extend_hashes(told * block_size, block_size, &mut self.tokens, &mut self.scratch);
+            }
+            self.pool.cache_full_blocks(
+                request.spec.key,
+                &request.blocks,
+                request.block_keys(),
+                &request.block_hashes,
+                &self.tokens,
+                self.block_size as usize,
+                cached,
+                told,
+            );
+        }
         request.num_cached_blocks = Some(full);
+    }
+
+    /// Cache in the pool the blocks of `request` whose caching was deferred, before it is
+    /// preempted and its blocks freed (so that it can hit them when it resumes).
+    pub(crate) fn cache_deferred(&mut self, request: &mut Request) {
+        let Some(from) = request.deferred_from.take() else { return };
+        let to = request.num_cached_blocks.unwrap_or(0);
+        if from < to {
+            self.pool.cache_full_blocks(
+                request.spec.key,
+                &request.blocks,
+                request.block_keys(),
+                &request.block_hashes,
+                &[],
+                self.block_size as usize,
+                from,
+                to,
+            );
+        }
     }
 
     /// Extend `request`'s SHA-256 block hashes over all its full blocks (for the connector's KV
@@ -268,6 +312,7 @@ impl KvCacheManager {
         self.pool.free_blocks(request.blocks.iter().rev().copied());
         request.blocks.clear();
         request.num_cached_blocks = None;
+        request.deferred_from = None;
         if request.has_table {
             request.has_table = false;
             self.tables -= 1;

@@ -76,6 +76,9 @@ pub(crate) struct Request {
     pub(crate) blocks: Vec<BlockId>,
     pub(crate) has_table: bool,
     pub(crate) num_cached_blocks: Option<usize>,
+    /// The first of its cached blocks the pool has not been told of yet, when output blocks
+    /// are cached late ([`super::kv_cache_manager::KvCacheManager::set_defer_output_blocks`]).
+    pub(crate) deferred_from: Option<usize>,
     pub(crate) in_prefill: bool,
     pub(crate) token_times_us: Vec<u64>,
     /// Its run in the decode cohort, while the fields above do not count all of it.
@@ -143,6 +146,7 @@ impl Request {
             blocks: Vec::new(),
             has_table: false,
             num_cached_blocks: None,
+            deferred_from: None,
             in_prefill: true,
             token_times_us: Vec::with_capacity(spec.output_token_ids.len()),
             cohort_run: None,

@@ -470,6 +470,12 @@ impl Scheduler {
         self.cohort.enabled = on;
     }
 
+    /// Cache blocks past a request's prompt only when it is preempted (see
+    /// [`KvCacheManager::set_defer_output_blocks`]); never with a connector.
+    pub fn set_defer_output_blocks(&mut self, on: bool) {
+        self.kv.set_defer_output_blocks(on && self.connector.is_none());
+    }
+
     /// Whether steps may advance decoding requests as a cohort (see
     /// [`Scheduler::set_decode_cohort`]).
     fn cohort_in_scope(&self) -> bool {
@@ -1229,6 +1235,7 @@ impl Scheduler {
         // Its run's last batches may be in flight; their tokens still come (it is among the
         // cohort's departed until they have).
         self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+        kv.cache_deferred(request);
         kv.free(request);
         request.status = Status::Preempted;
         request.num_computed_tokens = 0;
