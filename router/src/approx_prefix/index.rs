@@ -139,15 +139,20 @@ impl PrefixIndex {
             }
         }
         for &hash in hashes {
-            if let Some(slot) = listings.get(hash, endpoint).filter(|&slot| slot != NO_SLOT) {
+            let listed = listings.get(hash, endpoint);
+            if let Some(slot) = listed.filter(|&slot| slot != NO_SLOT) {
                 lru.refresh(slot);
                 continue;
             }
+            // Not in the LRU, so the hash it evicts is another: the lookup above still holds.
             let (slot, evicted) = lru.insert(hash);
             if let Some(evicted) = evicted {
                 listings.remove(evicted, endpoint);
             }
-            listings.set(hash, endpoint, slot);
+            match listed {
+                Some(_) => listings.set(hash, endpoint, slot),
+                None => listings.insert(hash, endpoint, slot),
+            }
         }
         // A hash of this add is evicted by it only after every other entry of the full LRU was
         // refreshed or inserted after it, that is by at least `capacity` later hashes of the add:
@@ -157,7 +162,7 @@ impl PrefixIndex {
         }
         for &hash in hashes {
             if listings.get(hash, endpoint).is_none() {
-                listings.set(hash, endpoint, NO_SLOT);
+                listings.insert(hash, endpoint, NO_SLOT);
             }
         }
     }

@@ -92,11 +92,17 @@ impl Listings {
 
     /// List `endpoint` under `hash` with `lru_slot`, replacing the slot it is listed with.
     pub(super) fn set(&mut self, hash: u64, endpoint: u32, lru_slot: u32) {
-        debug_assert!(endpoint != EMPTY, "endpoint keys index the router's endpoints");
-        if let Some(i) = self.position(hash, endpoint) {
-            self.slots[i].lru_slot = lru_slot;
-            return;
+        match self.position(hash, endpoint) {
+            Some(i) => self.slots[i].lru_slot = lru_slot,
+            None => self.insert(hash, endpoint, lru_slot),
         }
+    }
+
+    /// List `endpoint` under `hash` with `lru_slot`, known not to be listed there (one probe
+    /// run walked, not two).
+    pub(super) fn insert(&mut self, hash: u64, endpoint: u32, lru_slot: u32) {
+        debug_assert!(endpoint != EMPTY, "endpoint keys index the router's endpoints");
+        debug_assert!(self.position(hash, endpoint).is_none(), "({hash}, {endpoint}) is listed already");
         // Grow at three quarters full, so probe runs stay short.
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
