@@ -261,22 +261,7 @@ impl KvCacheManager {
             request.deferred_from.get_or_insert(told);
         }
         if cached < told {
-            // The hashes and tokens are read only for the KV events, when they are recorded.
-            self.tokens.clear();
-            if self.pool.records_events() {
-                let block_size = self.block_size as usize;
-                request.extend_hashes(told * block_size, block_size, &mut self.tokens, &mut self.scratch);
-            }
-            self.pool.cache_full_blocks(
-                request.spec.key,
-                &request.blocks,
-                request.block_keys(),
-                &request.block_hashes,
-                &self.tokens,
-                self.block_size as usize,
-                cached,
-                told,
-            );
+            self.hand_to_pool(request, cached, told);
         }
         request.num_cached_blocks = Some(full);
     }
@@ -287,17 +272,28 @@ impl KvCacheManager {
         let Some(from) = request.deferred_from.take() else { return };
         let to = request.num_cached_blocks.unwrap_or(0);
         if from < to {
-            self.pool.cache_full_blocks(
-                request.spec.key,
-                &request.blocks,
-                request.block_keys(),
-                &request.block_hashes,
-                &[],
-                self.block_size as usize,
-                from,
-                to,
-            );
+            self.hand_to_pool(request, from, to);
         }
+    }
+
+    /// Cache blocks `from..to` of `request` in the pool (with their KV events, when recorded).
+    fn hand_to_pool(&mut self, request: &mut Request, from: usize, to: usize) {
+        // The hashes and tokens are read only for the KV events, when they are recorded.
+        self.tokens.clear();
+        if self.pool.records_events() {
+            let block_size = self.block_size as usize;
+            request.extend_hashes(to * block_size, block_size, &mut self.tokens, &mut self.scratch);
+        }
+        self.pool.cache_full_blocks(
+            request.spec.key,
+            &request.blocks,
+            request.block_keys(),
+            &request.block_hashes,
+            &self.tokens,
+            self.block_size as usize,
+            from,
+            to,
+        );
     }
 
     /// Extend `request`'s SHA-256 block hashes over all its full blocks (for the connector's KV
