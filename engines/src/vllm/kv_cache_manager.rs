@@ -78,6 +78,12 @@ impl KvCacheManager {
         self.defer_output_blocks = on;
     }
 
+    /// Whether a request's output blocks are keyed only when they are handed to the pool: when
+    /// they are cached late and keyed at all.
+    pub(crate) fn keys_outputs_late(&self) -> bool {
+        self.defer_output_blocks && self.pool.caching()
+    }
+
     /// Record KV events or not (on by default with caching); without them no SHA-256 block
     /// hash is computed. Set it before the first request.
     pub fn set_record_events(&mut self, on: bool) {
@@ -278,6 +284,12 @@ impl KvCacheManager {
 
     /// Cache blocks `from..to` of `request` in the pool (with their KV events, when recorded).
     fn hand_to_pool(&mut self, request: &mut Request, from: usize, to: usize) {
+        // Output blocks keyed late are keyed here, the first read of their keys: a lookup when
+        // the request resumes reads only the keys of blocks handed to the pool before, as no
+        // other block can be found there.
+        if request.block_keys().len() < to {
+            request.key_full_blocks(self.block_size as usize, &mut self.scratch);
+        }
         // The hashes and tokens are read only for the KV events, when they are recorded.
         self.tokens.clear();
         if self.pool.records_events() {

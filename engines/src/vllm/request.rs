@@ -277,18 +277,24 @@ impl Request {
         if let Some(block_size) = hash_block_size
             && self.num_tokens as usize & (block_size - 1) == 0
         {
-            match &self.keys_ahead {
-                Some(_) => self.keyed_ahead = (self.num_tokens as usize / block_size) as u32,
-                None => {
-                    let outputs = &self.spec.output_token_ids[..self.num_output_tokens() as usize];
-                    extend_keys_of_halves(
-                        &mut self.hashed_keys,
-                        &self.spec.prompt_token_ids,
-                        outputs,
-                        block_size,
-                        scratch,
-                    );
-                }
+            self.key_full_blocks(block_size, scratch);
+        }
+    }
+
+    /// Key every full block of its tokens so far not keyed yet: as each fills, or late, when
+    /// its output blocks are cached late and something reads their keys.
+    pub(crate) fn key_full_blocks(&mut self, block_size: usize, scratch: &mut Vec<u8>) {
+        match &self.keys_ahead {
+            Some(_) => self.keyed_ahead = (self.num_tokens as usize / block_size) as u32,
+            None => {
+                let outputs = &self.spec.output_token_ids[..self.num_output_tokens() as usize];
+                extend_keys_of_halves(
+                    &mut self.hashed_keys,
+                    &self.spec.prompt_token_ids,
+                    outputs,
+                    block_size,
+                    scratch,
+                );
             }
         }
     }

@@ -334,6 +334,9 @@ pub struct Scheduler {
     scratch: Vec<u8>,
     connector: Option<Connector>,
     key_block_size: Option<usize>,
+    /// The block size output tokens are keyed with as they are generated: `key_block_size`,
+    /// or none when output blocks are keyed late ([`Scheduler::set_defer_output_blocks`]).
+    output_key_block_size: Option<usize>,
     finished_recving: BTreeSet<u64>,
     failed_recving: BTreeSet<u64>,
     connector_stats: ConnectorPrefixCacheStats,
@@ -437,6 +440,7 @@ impl Scheduler {
             stopped: Vec::new(),
             scratch: Vec::new(),
             key_block_size,
+            output_key_block_size: key_block_size,
             connector,
             finished_recving: BTreeSet::new(),
             failed_recving: BTreeSet::new(),
@@ -474,6 +478,7 @@ impl Scheduler {
     /// [`KvCacheManager::set_defer_output_blocks`]); never with a connector.
     pub fn set_defer_output_blocks(&mut self, on: bool) {
         self.kv.set_defer_output_blocks(on && self.connector.is_none());
+        self.output_key_block_size = if self.kv.keys_outputs_late() { None } else { self.key_block_size };
     }
 
     /// Whether steps may advance decoding requests as a cohort (see
@@ -1003,7 +1008,7 @@ impl Scheduler {
                 Some(r) => r,
                 None => unreachable!("running requests exist"),
             };
-            self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+            self.cohort.settle(request, self.output_key_block_size, &mut self.scratch);
             if let Some(n) = running_tokens(request, &limits, u32::MAX) {
                 tokens += u64::from(n);
                 blocks += self.kv.blocks_to_run(request, n);
@@ -1059,7 +1064,7 @@ impl Scheduler {
     /// Bring `handle`'s fields up to date with its cohort run, if it has one.
     fn settle(&mut self, handle: RequestHandle) {
         if let Some(request) = self.slots[handle.slot as usize].1.as_mut() {
-            self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+            self.cohort.settle(request, self.output_key_block_size, &mut self.scratch);
         }
     }
 
@@ -1234,7 +1239,7 @@ impl Scheduler {
         };
         // Its run's last batches may be in flight; their tokens still come (it is among the
         // cohort's departed until they have).
-        self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+        self.cohort.settle(request, self.output_key_block_size, &mut self.scratch);
         kv.cache_deferred(request);
         kv.free(request);
         request.status = Status::Preempted;
@@ -1289,7 +1294,7 @@ impl Scheduler {
         stopped.clear();
         let max_model_len = self.limits.max_model_len;
         let asynchronous = self.limits.async_scheduling;
-        let hash_block_size = self.key_block_size;
+        let hash_block_size = self.output_key_block_size;
         for entry in &batch.scheduled {
             if !entry.samples || skip.contains(&entry.key) {
                 continue;
@@ -1375,7 +1380,7 @@ impl Scheduler {
             (generation, Some(request))
                 if *generation == handle.generation && self.cohort.run_through(handle.slot) == 0 =>
             {
-                self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+                self.cohort.settle(request, self.output_key_block_size, &mut self.scratch);
                 request.cohort_run.is_some()
             }
             _ => false,
@@ -1469,7 +1474,7 @@ impl Scheduler {
                 None => unreachable!("held requests exist"),
             };
             self.cohort.cut(handle, request);
-            self.cohort.settle(request, self.key_block_size, &mut self.scratch);
+            self.cohort.settle(request, self.output_key_block_size, &mut self.scratch);
             self.cohort.drop_in_flight(request);
             request.cohort_run = None;
         }
