@@ -231,6 +231,51 @@ fn output_blocks_cached_at_preemption_give_the_bytes_of_caching_them_as_they_fil
     assert!(deferred.calls_jsonl() == faithful.calls_jsonl(), "calls.jsonl");
 }
 
+/// The same for a replayed trace whose prompts are token counts and shared blocks (its check
+/// finds no token ids or history, so the file vouches that no prompt holds another call's
+/// output): the tiny-KV gate's instance, caching and scheduling asynchronously, under a trace of
+/// long prompts that preempts.
+#[test]
+fn a_trace_of_drawn_prompts_caches_output_blocks_at_preemption_with_the_same_bytes() {
+    let folder = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = (0..150u64)
+        .map(|k| {
+            let (own, output) = (200 + (k * 7_919) % 2_600, 30 + (k * 104_729) % 700);
+            let shared = if k % 3 == 0 { r#"{"shared":{"name":"sys","tokens":480}},"# } else { "" };
+            format!(
+                r#"{{"id":"r{k}","arrival_us":{},"nodes":[{{"kind":"llm","id":"a","prompt":[{shared}{{"tokens":{own}}}],"output_tokens":{output}}}]}}"#,
+                k * 150_000
+            )
+        })
+        .collect();
+    std::fs::write(folder.path().join("trace.jsonl"), lines.join("\n")).unwrap();
+    let text = scenario("tiny-kv-preemption")
+        .replace("enable_prefix_caching: false", "enable_prefix_caching: true")
+        .replace("async_scheduling: false", "async_scheduling: true")
+        .replace("seed: 12", "seed: 12\nframe: { replications: 1 }");
+    let text = format!(
+        "{}workload:\n  replays:\n    - {{ name: trace, path: trace.jsonl, format: jsonl }}\n",
+        &text[..text.find("workload:").expect("the gate scenario has a workload")]
+    );
+    let with = |faithful_steps| {
+        let options = RunOptions {
+            threads: Some(1),
+            faithful_steps,
+            base_dir: Some(folder.path().to_owned()),
+            ..RunOptions::default()
+        };
+        run_observed(&text, options, &CostData::embedded(), vec![], &mut |_| {}).unwrap().0
+    };
+    let (deferred, faithful) = (with(false), with(true));
+    assert_eq!(deferred.result.fates.completed, 150);
+    assert!(
+        deferred.calls_jsonl().windows(16).any(|w| w == b"\"preemptions\":1,"),
+        "some call was preempted"
+    );
+    assert!(deferred.result_json() == faithful.result_json(), "result.json");
+    assert!(deferred.calls_jsonl() == faithful.calls_jsonl(), "calls.jsonl");
+}
+
 #[test]
 fn every_gate_scenario_replays_without_divergence() {
     for name in ["default-cluster", "tiny-kv-preemption", "overload-horizon", "prefix-heavy", "llmd-chat"] {

@@ -181,8 +181,8 @@ pub fn replay_file(
         label: &str,
         format: impl Fn() -> F,
     ) -> Result<(Box<dyn RequestSource>, u64), FieldError> {
-        let requests = TraceSource::check(path, label, format())?;
-        Ok((Box::new(TraceSource::open(path, label, format())?), requests))
+        let checked = TraceSource::check(path, label, format())?;
+        Ok((Box::new(TraceSource::open(path, label, format())?.vouching(checked)), checked.requests))
     }
     match format {
         ReplayFormat::Jsonl => checked(path, label, Jsonl::default),

@@ -28,6 +28,15 @@ pub trait LineFormat: Send {
     }
 }
 
+/// What the check pass found in a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// Its requests.
+    pub requests: u64,
+    /// Whether no prompt in it gives token ids or a history ([`gives_ids`]).
+    pub prompts_hold_no_outputs: bool,
+}
+
 /// Requests read lazily from a trace file in one format.
 pub struct TraceSource<F> {
     label: String,
@@ -35,14 +44,17 @@ pub struct TraceSource<F> {
     line: u64,
     format: F,
     error: Option<FieldError>,
+    /// Whether it vouches that no prompt gives token ids or a history, as its check found.
+    prompts_hold_no_outputs: bool,
 }
 
 impl<F: LineFormat> TraceSource<F> {
     /// Read every line of `path` and refuse the first bad one (or a file without requests);
-    /// `label` names the file in messages. Returns the number of requests.
-    pub fn check(path: &Path, label: &str, format: F) -> Result<u64, FieldError> {
+    /// `label` names the file in messages. Returns what it found.
+    pub fn check(path: &Path, label: &str, format: F) -> Result<Checked, FieldError> {
         let mut source = TraceSource::open(path, label, format)?;
         let mut requests = 0;
+        let mut prompts_hold_no_outputs = true;
         let mut last_arrival = 0;
         while let Some(read) = source.read() {
             let Some(spec) = read else {
@@ -63,6 +75,7 @@ impl<F: LineFormat> TraceSource<F> {
             // Every format's requests meet the same bounds (token counts, nodes, times).
             spec.validate(&at)?;
             source.format.check_across(&at, &spec)?;
+            prompts_hold_no_outputs &= !gives_ids(&spec);
             requests += 1;
             if requests > blis_contracts::bounds::MAX_CALLS {
                 return Err(FieldError::new(
@@ -78,7 +91,7 @@ impl<F: LineFormat> TraceSource<F> {
         if requests == 0 {
             return Err(FieldError::new(label, path.display(), "the workload file holds no request"));
         }
-        Ok(requests)
+        Ok(Checked { requests, prompts_hold_no_outputs })
     }
 
     /// The source of `path`, read with `format`.
@@ -91,7 +104,16 @@ impl<F: LineFormat> TraceSource<F> {
             line: 0,
             format,
             error: None,
+            prompts_hold_no_outputs: false,
         })
+    }
+
+    /// The source of a file whose check found what `checked` says: when no prompt gave token
+    /// ids or a history, it vouches for that, and refuses a line that does as a change to the
+    /// file since.
+    pub fn vouching(mut self, checked: Checked) -> TraceSource<F> {
+        self.prompts_hold_no_outputs = checked.prompts_hold_no_outputs;
+        self
     }
 
     /// The next request, `None` at the end; `Some(None)` is a bad line, kept in `error`, which
@@ -130,13 +152,37 @@ impl<F: LineFormat> RequestSource for TraceSource<F> {
         Pacing::Open
     }
 
+    fn prompts_hold_no_outputs(&self) -> bool {
+        self.prompts_hold_no_outputs
+    }
+
     fn next_request(&mut self) -> Option<Planned> {
-        self.read()?.map(|spec| Planned { spec, stage: 0 })
+        let spec = self.read()??;
+        if self.prompts_hold_no_outputs && gives_ids(&spec) {
+            self.error = Some(FieldError::at(
+                format!("{}:{}", self.label, self.line),
+                "the file changed after it was checked: this line gives token ids or a history, \
+                 which no line did when it was checked",
+            ));
+            return None;
+        }
+        Some(Planned { spec, stage: 0 })
     }
 
     fn error(&self) -> Option<&FieldError> {
         self.error.as_ref()
     }
+}
+
+/// Whether a prompt of `spec` gives token ids or the history of an earlier call: ids the run
+/// does not draw for it, which may be another call's output.
+fn gives_ids(spec: &RequestSpec) -> bool {
+    spec.nodes.iter().any(|node| match &node.kind {
+        NodeKind::Llm(call) => {
+            call.prompt.iter().any(|part| matches!(part, PromptPart::TokenIds(_) | PromptPart::History(_)))
+        }
+        NodeKind::Tool(_) | NodeKind::Interval(_) => false,
+    })
 }
 
 /// A request of one LLM call named `llm` (priority 0, no timeout): what one row of a public trace
@@ -147,5 +193,65 @@ pub fn single_call(id: String, arrival_us: u64, prompt: Vec<PromptPart>, output_
         id,
         arrival_us,
         nodes: vec![NodeSpec { id: "llm".to_owned(), parents: Vec::new(), kind: NodeKind::Llm(call) }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::jsonl::Jsonl;
+
+    /// A line of request `id` at `arrival_us` with one call whose prompt is `parts`.
+    fn line(id: &str, arrival_us: u64, parts: &str) -> String {
+        format!(
+            r#"{{"id":"{id}","arrival_us":{arrival_us},"nodes":[{{"kind":"llm","id":"a","prompt":[{parts}],"output_tokens":4}}]}}"#
+        )
+    }
+
+    fn file(folder: &tempfile::TempDir, name: &str, lines: &[String]) -> std::path::PathBuf {
+        let path = folder.path().join(name);
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_file_vouches_that_prompts_hold_no_outputs_only_without_token_ids_or_history() {
+        let folder = tempfile::tempdir().unwrap();
+        let drawn = [
+            line("r1", 0, r#"{"tokens":7}"#),
+            line("r2", 5, r#"{"shared":{"name":"sys","tokens":16}},{"tokens":3}"#),
+        ];
+        let path = file(&folder, "drawn.jsonl", &drawn);
+        let checked = TraceSource::check(&path, "drawn", Jsonl::default()).unwrap();
+        assert_eq!(checked, Checked { requests: 2, prompts_hold_no_outputs: true });
+        let source = TraceSource::open(&path, "drawn", Jsonl::default()).unwrap();
+        assert!(!source.prompts_hold_no_outputs(), "a source vouches only for what a check found");
+        assert!(source.vouching(checked).prompts_hold_no_outputs());
+
+        let ids = line("r3", 9, r#"{"tokens":2},{"token_ids":[1,2,3]}"#);
+        let history = r#"{"id":"r3","arrival_us":9,"nodes":[{"kind":"llm","id":"a","prompt":[{"tokens":2}],"output_tokens":4},{"kind":"llm","id":"b","parents":["a"],"prompt":[{"history":"a"},{"tokens":1}],"output_tokens":4}]}"#;
+        for (name, given) in [("ids.jsonl", ids), ("history.jsonl", history.to_owned())] {
+            let path = file(&folder, name, &[drawn[0].clone(), drawn[1].clone(), given]);
+            let checked = TraceSource::check(&path, name, Jsonl::default()).unwrap();
+            assert_eq!(checked, Checked { requests: 3, prompts_hold_no_outputs: false }, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_vouching_source_refuses_a_line_with_token_ids_as_a_change_since_its_check() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = file(&folder, "trace.jsonl", &[line("r1", 0, r#"{"tokens":7}"#)]);
+        let checked = TraceSource::check(&path, "trace", Jsonl::default()).unwrap();
+        file(
+            &folder,
+            "trace.jsonl",
+            &[line("r1", 0, r#"{"tokens":7}"#), line("r2", 1, r#"{"token_ids":[5]}"#)],
+        );
+        let mut source = TraceSource::open(&path, "trace", Jsonl::default()).unwrap().vouching(checked);
+        assert_eq!(source.next_request().unwrap().spec.id, "r1");
+        assert!(source.next_request().is_none());
+        let error = source.error().expect("the changed line is refused").to_string();
+        assert!(error.starts_with("trace:2"), "{error}");
+        assert!(error.contains("changed after it was checked"), "{error}");
     }
 }
