@@ -105,7 +105,7 @@ impl CallsOut {
         let file = match path.filter(|_| selection != CallSelection::None) {
             Some(path) => Some(ChunkedFile {
                 path: path.to_owned(),
-                file: File::create(path).map_err(|error| CallsOutError { path: path.to_owned(), error })?,
+                file: replace(path).map_err(|error| CallsOutError { path: path.to_owned(), error })?,
                 pending: Vec::new(),
             }),
             None => None,
@@ -238,6 +238,19 @@ impl ChunkedFile {
     }
 }
 
+/// A new, empty file at `path`, in place of any file there. Replaced rather than truncated:
+/// ext4 (`auto_da_alloc`, on by default) starts writing back a truncated file's new contents when
+/// it is closed, which kept a 100k-request run 40 ms longer (4% of its wall time) whenever it
+/// wrote over an earlier run's `calls.jsonl`.
+fn replace(path: &Path) -> std::io::Result<File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    File::create(path)
+}
+
 impl Drop for ChunkedFile {
     /// A run that ends in an error still leaves the lines it settled in the file, as a buffered
     /// writer would; the error that ended the run is the one reported.
@@ -329,6 +342,31 @@ mod tests {
         drop(out);
         let text = std::fs::read(&path).unwrap();
         assert!(text.ends_with(&line(&record(0))), "the settled line is written when dropped");
+    }
+
+    #[test]
+    fn an_earlier_file_is_replaced_and_one_that_cannot_be_is_refused() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("calls.jsonl");
+        std::fs::write(&path, vec![b'x'; 100_000]).unwrap();
+        let held = std::fs::File::open(&path).unwrap();
+        let mut out =
+            CallsOut::new(CallSelection::All, Some(&path), 1, header(), CallsDigest::Skipped).unwrap();
+        out.begin(Vec::new()).unwrap();
+        out.write(record(0)).unwrap();
+        out.finish().unwrap();
+        let mut expected = serde_json::to_vec(&header()).unwrap();
+        expected.push(b'\n');
+        expected.extend_from_slice(&line(&record(0)));
+        assert!(std::fs::read(&path).unwrap() == expected, "nothing of the earlier file is left");
+        // A reader of the earlier file still reads it whole: the file was replaced, not cut.
+        assert_eq!(held.metadata().unwrap().len(), 100_000);
+
+        let occupied = folder.path().join("a-folder");
+        std::fs::create_dir(&occupied).unwrap();
+        let refused = CallsOut::new(CallSelection::All, Some(&occupied), 1, header(), CallsDigest::Skipped);
+        let message = refused.err().expect("a folder is not replaced").to_string();
+        assert!(message.starts_with(&format!("cannot write {}", occupied.display())), "{message}");
     }
 
     #[test]
