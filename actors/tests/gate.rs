@@ -206,35 +206,51 @@ fn every_gate_scenario_gives_its_golden_bytes_with_engines_running_ahead() {
     }
 }
 
-/// Where no prompt can hold another call's outputs, an instance caches its requests' output
-/// blocks in the block pool only when one is preempted; a preempted request, resumed, may hit
-/// them. The tiny-KV gate scenario with vLLM's defaults (prefix caching, asynchronous
-/// scheduling) preempts often; its outputs are the faithful path's, which caches every block as
-/// it fills. (Dropping the caching at preemption changes them.)
-#[test]
-fn output_blocks_cached_at_preemption_give_the_bytes_of_caching_them_as_they_fill() {
-    let text = scenario("tiny-kv-preemption")
+/// The tiny-KV gate scenario with vLLM's defaults (prefix caching, asynchronous scheduling),
+/// one replication: it preempts often.
+fn tiny_kv_with_caching() -> String {
+    scenario("tiny-kv-preemption")
         .replace("enable_prefix_caching: false", "enable_prefix_caching: true")
         .replace("async_scheduling: false", "async_scheduling: true")
-        .replace("seed: 12", "seed: 12\nframe: { replications: 1 }");
+        .replace("seed: 12", "seed: 12\nframe: { replications: 1 }")
+}
+
+/// Run `text` (files relative to `base_dir`) on one thread caching output blocks late and on
+/// the faithful path, which caches every block as it fills; asserts that some call was
+/// preempted and that both give the same bytes. Returns the first run.
+fn late_caching_against_faithful(text: &str, base_dir: Option<PathBuf>) -> RunOutput {
     let with = |faithful_steps| {
-        let options = RunOptions { threads: Some(1), faithful_steps, ..RunOptions::default() };
-        run_observed(&text, options, &CostData::embedded(), vec![], &mut |_| {}).unwrap().0
+        let options = RunOptions {
+            threads: Some(1),
+            faithful_steps,
+            base_dir: base_dir.clone(),
+            ..RunOptions::default()
+        };
+        run_observed(text, options, &CostData::embedded(), vec![], &mut |_| {}).unwrap().0
     };
     let (deferred, faithful) = (with(false), with(true));
-    assert!(deferred.result.fates.completed > 0);
     assert!(
         deferred.calls_jsonl().windows(16).any(|w| w == b"\"preemptions\":1,"),
         "some call was preempted"
     );
     assert!(deferred.result_json() == faithful.result_json(), "result.json");
     assert!(deferred.calls_jsonl() == faithful.calls_jsonl(), "calls.jsonl");
+    deferred
+}
+
+/// Where no prompt can hold another call's outputs, an instance caches its requests' output
+/// blocks in the block pool only when one is preempted; a preempted request, resumed, may hit
+/// them. On the tiny-KV scenario, which preempts often, its outputs are the faithful path's.
+/// (Dropping the caching at preemption changes them.)
+#[test]
+fn output_blocks_cached_at_preemption_give_the_bytes_of_caching_them_as_they_fill() {
+    let deferred = late_caching_against_faithful(&tiny_kv_with_caching(), None);
+    assert!(deferred.result.fates.completed > 0);
 }
 
 /// The same for a replayed trace whose prompts are token counts and shared blocks (its check
 /// finds no token ids or history, so the file vouches that no prompt holds another call's
-/// output): the tiny-KV gate's instance, caching and scheduling asynchronously, under a trace of
-/// long prompts that preempts.
+/// output): the tiny-KV gate's instance under a trace of long prompts that preempts.
 #[test]
 fn a_trace_of_drawn_prompts_caches_output_blocks_at_preemption_with_the_same_bytes() {
     let folder = tempfile::tempdir().unwrap();
@@ -249,31 +265,13 @@ fn a_trace_of_drawn_prompts_caches_output_blocks_at_preemption_with_the_same_byt
         })
         .collect();
     std::fs::write(folder.path().join("trace.jsonl"), lines.join("\n")).unwrap();
-    let text = scenario("tiny-kv-preemption")
-        .replace("enable_prefix_caching: false", "enable_prefix_caching: true")
-        .replace("async_scheduling: false", "async_scheduling: true")
-        .replace("seed: 12", "seed: 12\nframe: { replications: 1 }");
+    let text = tiny_kv_with_caching();
     let text = format!(
         "{}workload:\n  replays:\n    - {{ name: trace, path: trace.jsonl, format: jsonl }}\n",
         &text[..text.find("workload:").expect("the gate scenario has a workload")]
     );
-    let with = |faithful_steps| {
-        let options = RunOptions {
-            threads: Some(1),
-            faithful_steps,
-            base_dir: Some(folder.path().to_owned()),
-            ..RunOptions::default()
-        };
-        run_observed(&text, options, &CostData::embedded(), vec![], &mut |_| {}).unwrap().0
-    };
-    let (deferred, faithful) = (with(false), with(true));
+    let deferred = late_caching_against_faithful(&text, Some(folder.path().to_owned()));
     assert_eq!(deferred.result.fates.completed, 150);
-    assert!(
-        deferred.calls_jsonl().windows(16).any(|w| w == b"\"preemptions\":1,"),
-        "some call was preempted"
-    );
-    assert!(deferred.result_json() == faithful.result_json(), "result.json");
-    assert!(deferred.calls_jsonl() == faithful.calls_jsonl(), "calls.jsonl");
 }
 
 #[test]
